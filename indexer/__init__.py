@@ -1,0 +1,1 @@
+"""Indexing worker: sources -> chunks -> embeddings -> Qdrant (see issue 3)."""

@@ -1,0 +1,1 @@
+"""The HTTP query API (FastAPI)."""

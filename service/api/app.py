@@ -1,0 +1,112 @@
+"""``create_app()``: settings in, a FastAPI app out. Clients are created in the lifespan, closed on exit."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+from service import __version__
+from service.api.errors import install_error_handlers
+from service.api.limits import BodySizeLimit
+from service.api.metrics import Metrics, MetricsMiddleware
+from service.api.routes import collections, health, passthrough, search
+from service.api.state import Services
+from service.clients.embeddings import EmbeddingClient
+from service.clients.rerank import RerankClient
+from service.clients.runner import RunnerClient
+from service.config import Settings
+from service.documents.writer import DocumentWriter
+from service.profiles import get_profile
+from service.search.service import SearchService
+from service.store.qdrant import VectorStore, open_client
+
+
+def _window(model_max: int, settings: Settings) -> int:
+    """Tokens a runner accepts: the model's window, or less where the runner was started shorter."""
+    return min(model_max, settings.runners.max_model_len or model_max)
+
+
+def build_services(
+    settings: Settings, metrics: Metrics, transports: Mapping[str, httpx.AsyncBaseTransport] | None = None
+) -> Services:
+    """Create every client. ``transports`` (tests only) replaces the network edge of a runner client."""
+    transports = transports or {}
+    profile = get_profile(settings.profile)
+    up = settings.upstream
+
+    def runner(name: str, url: str, timeout_s: float) -> RunnerClient:
+        return RunnerClient(
+            name, url, timeout_s=timeout_s, connect_timeout_s=up.connect_timeout_s,
+            max_concurrency=up.max_concurrency, acquire_timeout_s=up.acquire_timeout_s,
+            retries=up.retries, backoff_s=up.backoff_s, transport=transports.get(name),
+        )
+
+    if settings.embed_dimensions is not None:
+        profile.embedding.check_dimensions(settings.embed_dimensions)
+    embedder = EmbeddingClient(
+        runner("embedding", settings.runners.embed_url, up.embed_timeout_s),
+        profile.embedding,
+        dimensions=settings.embed_dimensions,
+        truncate_tokens=_window(profile.embedding.max_tokens, settings),
+        query_task=settings.query_instruction,
+        batch_size=up.embed_batch_size,
+    )
+    reranker = None
+    if profile.reranker is not None:
+        reranker = RerankClient(
+            runner("rerank", settings.runners.rerank_url, up.rerank_timeout_s),
+            profile.reranker,
+            instruction=settings.rerank_instruction,
+            truncate_tokens=_window(profile.reranker.max_tokens, settings),
+        )
+    q = settings.qdrant
+    if not q.url:
+        settings.qdrant_path.mkdir(parents=True, exist_ok=True)
+    store = VectorStore(
+        open_client(
+            url=q.url, path=None if q.url else str(settings.qdrant_path),
+            api_key=q.api_key.get_secret_value() if q.api_key else None, timeout_s=q.timeout_s,
+        ),
+        max_concurrency=q.max_concurrency,
+        timeout_s=q.timeout_s,
+    )
+    search_service = SearchService(
+        store, embedder, reranker, max_rerank_candidates=settings.limits.max_rerank_candidates,
+        observe_stage=metrics.observe_stage,
+    )
+    writer = DocumentWriter(store, embedder, settings.limits)
+    return Services(settings, profile, store, embedder, reranker, search_service, writer, metrics)
+
+
+def create_app(
+    settings: Settings, *, transports: Mapping[str, httpx.AsyncBaseTransport] | None = None
+) -> FastAPI:
+    if not settings.api_keys:
+        raise ValueError("no API keys configured: set RAGSERVE_API_KEYS (every route but /health needs one)")
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        services = build_services(settings, metrics, transports)
+        try:
+            yield {"services": services}
+        finally:
+            await services.aclose()
+
+    app = FastAPI(
+        title="ragserve",
+        version=__version__,
+        description="Retrieval for chat apps: vLLM embedding + reranker runners over Qdrant.",
+        lifespan=lifespan,
+    )
+    app.state.metrics = metrics
+    install_error_handlers(app)
+    for router in (health.router, collections.router, search.router, passthrough.router):
+        app.include_router(router)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

@@ -1,0 +1,39 @@
+"""Cancel a handler's work when the client disconnects (after vLLM's ``with_cancellation``).
+
+A search fans out to two runners and the store; if the caller has gone, finishing it only takes slots
+from callers who are still waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from fastapi import Request
+
+T = TypeVar("T")
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(0.25)
+
+
+def with_cancellation(handler: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T | None]]:
+    """Decorate a route whose signature has ``raw_request: Request``."""
+
+    @functools.wraps(handler)
+    async def wrapper(*args: Any, **kwargs: Any) -> T | None:
+        request: Request = kwargs["raw_request"]
+        work = asyncio.ensure_future(handler(*args, **kwargs))
+        watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+        done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if work in done:
+            watcher.cancel()
+            return work.result()
+        work.cancel()
+        return None
+
+    return wrapper

@@ -1,0 +1,74 @@
+"""The one place exceptions become HTTP responses, all in the :class:`ErrorResponse` envelope."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.api.schemas.errors import ErrorBody, ErrorResponse
+from service.clients.errors import UpstreamError
+from service.errors import RagserveError
+
+log = logging.getLogger("ragserve.api")
+
+STATUS_TYPES = {400: "invalid_request", 401: "authentication_error", 404: "not_found", 405: "invalid_request",
+                413: "invalid_request", 415: "invalid_request", 422: "invalid_request", 429: "overloaded"}
+
+
+def error_response(
+    status: int, type_: str, code: str, message: str, *, param: str | None = None,
+    details: list[dict[str, object]] | None = None, headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = ErrorResponse(error=ErrorBody(type=type_, code=code, message=message, param=param, details=details))
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+
+
+async def _ragserve_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RagserveError)
+    if isinstance(exc, UpstreamError):
+        metrics = getattr(request.app.state, "metrics", None)
+        if metrics is not None:
+            metrics.upstream_errors.labels(exc.runner, exc.code).inc()
+        log.warning("upstream error: %s", exc.message)
+    return error_response(exc.status_code, exc.type, exc.code, exc.message, param=exc.param, headers=exc.headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return error_response(400, "invalid_request", "invalid_json", "the request body is not valid JSON")
+    details = [
+        {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg")), "type": str(e.get("type"))}
+        for e in errors
+    ]
+    first = details[0] if details else {"loc": [], "msg": "invalid request"}
+    loc = [p for p in first["loc"] if p != "body"]  # type: ignore[union-attr]
+    param = ".".join(loc) or None
+    message = f"{param}: {first['msg']}" if param else str(first["msg"])
+    return error_response(422, "invalid_request", "validation_error", message, param=param, details=details)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = {404: "route_not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return error_response(
+        exc.status_code, STATUS_TYPES.get(exc.status_code, "error"), code, str(exc.detail),
+        headers=dict(exc.headers or {}),
+    )
+
+
+async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response(500, "internal_error", "internal_error", "internal server error")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RagserveError, _ragserve_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unhandled)

@@ -1,0 +1,64 @@
+"""Prometheus metrics: request counts and latency per route, latency per pipeline stage, upstream errors.
+
+One registry per app, so several apps (tests) never collide on global collectors.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "ragserve_requests", "HTTP requests", ["method", "route", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "ragserve_request_seconds", "HTTP request latency", ["method", "route"],
+            buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.stage = Histogram(
+            "ragserve_stage_seconds", "Latency per pipeline stage", ["stage"],
+            buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.upstream_errors = Counter(
+            "ragserve_upstream_errors", "Errors from runners", ["runner", "code"], registry=self.registry
+        )
+
+    def observe_stage(self, stage: str, seconds: float) -> None:
+        self.stage.labels(stage).observe(seconds)
+
+
+class MetricsMiddleware:
+    """Counts and times every request by its route template (not its raw path, to bound cardinality)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+        started = time.perf_counter()
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", "unmatched")
+            self.metrics.requests.labels(scope["method"], path, str(status)).inc()
+            self.metrics.latency.labels(scope["method"], path).observe(time.perf_counter() - started)

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Path, status
+
+from service.api.deps import ApiKey, ServicesDep
+from service.api.schemas.collections import (
+    COLLECTION_NAME,
+    CollectionCreate,
+    CollectionList,
+    CollectionOut,
+    DocumentsUpsert,
+    UpsertResult,
+)
+from service.api.schemas.errors import ERROR_RESPONSES
+from service.documents.writer import NewDocument
+from service.errors import InvalidInput, PayloadTooLarge
+from service.store.qdrant import CollectionInfo
+
+router = APIRouter(prefix="/v1/collections", tags=["collections"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
+CollectionName = Path(pattern=COLLECTION_NAME)
+
+
+def _out(info: CollectionInfo) -> CollectionOut:
+    return CollectionOut(name=info.name, dimensions=info.dimensions, points=info.points, model=info.model,
+                         filter_fields=info.filter_fields)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, summary="Create a collection")
+async def create_collection(body: CollectionCreate, services: ServicesDep) -> CollectionOut:
+    model = services.embedder.model
+    dims = body.dimensions or services.embedder.dimensions
+    try:
+        model.check_dimensions(dims)
+    except ValueError as exc:
+        raise InvalidInput(str(exc), code="unsupported_dimensions", param="dimensions") from exc
+    existing = await services.store.list_collections()
+    if len(existing) >= services.settings.limits.max_collections:
+        raise PayloadTooLarge("too many collections", code="too_many_collections")
+    info = await services.store.create_collection(
+        body.name, dimensions=dims, model=model.name, filter_fields=dict(body.filter_fields)
+    )
+    return _out(info)
+
+
+@router.get("", summary="List collections")
+async def list_collections(services: ServicesDep) -> CollectionList:
+    names = await services.store.list_collections()
+    infos = await asyncio.gather(*(services.store.get_collection(n) for n in names))
+    return CollectionList(collections=[_out(i) for i in infos])
+
+
+@router.get("/{name}", summary="Describe a collection")
+async def get_collection(services: ServicesDep, name: str = CollectionName) -> CollectionOut:
+    return _out(await services.store.get_collection(name))
+
+
+@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a collection and its points")
+async def delete_collection(services: ServicesDep, name: str = CollectionName) -> None:
+    await services.store.delete_collection(name)
+
+
+@router.post("/{name}/documents", summary="Upsert already-split text documents (synchronous, batched)")
+async def upsert_documents(body: DocumentsUpsert, services: ServicesDep, name: str = CollectionName) -> UpsertResult:
+    documents = [NewDocument(d.id, d.text, d.metadata, d.vector) for d in body.documents]
+    result = await services.writer.write(name, documents)
+    return UpsertResult(collection=name, upserted=result.upserted, embedded=result.embedded,
+                        timings_ms=result.timings_ms)

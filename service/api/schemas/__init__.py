@@ -1,0 +1,1 @@
+"""Wire models: what crosses HTTP, kept apart from the domain types."""

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.api.schemas.collections import COLLECTION_NAME
+
+
+class RerankOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="Rerank the vector candidates with the reranker runner.")
+    top_n: int | None = Field(
+        None, ge=1, description="Vector candidates handed to the reranker (default max(top_k, 30))."
+    )
+    instruction: str | None = Field(None, max_length=1000, description="Reranker instruction for this query.")
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    collection: str = Field(pattern=COLLECTION_NAME)
+    query: str = Field(min_length=1, description="The user's question or search text.")
+    top_k: int = Field(10, ge=1, description="Hits to return.")
+    filter: dict[str, Any] | None = Field(
+        None,
+        description='Metadata conditions, all required: {"year": 2020, "tag": ["a","b"], "n": {"gte": 1}}.',
+    )
+    rerank: RerankOptions | None = Field(
+        None, description="Reranking options; default: on when the profile has a reranker."
+    )
+    instruction: str | None = Field(
+        None, max_length=1000, description="Embedding task instruction for the query (Qwen3 profile)."
+    )
+
+
+class SearchHit(BaseModel):
+    rank: int
+    id: str = Field(description="Point id of the chunk.")
+    doc_id: str
+    chunk_index: int
+    text: str
+    metadata: dict[str, Any]
+    score: float = Field(description="The score the hits are ordered by (rerank score when reranked).")
+    vector_score: float = Field(description="Cosine similarity from the vector search.")
+    rerank_score: float | None = Field(None, description="Reranker relevance in (0, 1), when reranked.")
+
+
+class SearchResponse(BaseModel):
+    collection: str
+    query: str
+    reranked: bool
+    hits: list[SearchHit]
+    timings_ms: dict[str, float] = Field(description="Milliseconds per stage: embed, search, rerank, total.")

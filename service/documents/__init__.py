@@ -1,0 +1,1 @@
+"""Writing already-split documents into a collection (the synchronous upsert path)."""

@@ -1,0 +1,103 @@
+"""Validate, embed and upsert a batch of already-split text documents.
+
+Everything is checked before anything is written: a request that breaks a limit, or carries a vector
+of the wrong size, changes nothing. Embedding happens before the single upsert, so a runner failure
+also leaves the collection as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from service.clients.embeddings import EmbeddingClient
+from service.config import Limits
+from service.errors import InvalidInput, PayloadTooLarge
+from service.store.qdrant import Chunk, VectorStore
+
+
+@dataclass(frozen=True)
+class NewDocument:
+    id: str
+    text: str
+    metadata: dict[str, Any]
+    vector: list[float] | None = None
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    upserted: int
+    embedded: int
+    timings_ms: dict[str, float]
+
+
+class DocumentWriter:
+    def __init__(self, store: VectorStore, embedder: EmbeddingClient, limits: Limits) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.limits = limits
+
+    def validate(self, documents: Sequence[NewDocument], dimensions: int) -> None:
+        limits = self.limits
+        if len(documents) > limits.max_documents_per_request:
+            raise PayloadTooLarge(
+                f"{len(documents)} documents in one request; the limit is {limits.max_documents_per_request}",
+                code="too_many_documents",
+                param="documents",
+            )
+        seen: set[str] = set()
+        for i, doc in enumerate(documents):
+            where = f"documents[{i}]"
+            if doc.id in seen:
+                raise InvalidInput(f"{where}: duplicate id {doc.id!r} in one request", code="duplicate_id",
+                                   param=f"{where}.id")
+            seen.add(doc.id)
+            if not doc.text.strip():
+                raise InvalidInput(f"{where}: text is empty", code="empty_text", param=f"{where}.text")
+            size = len(doc.text.encode("utf-8"))
+            if size > limits.max_document_bytes:
+                raise PayloadTooLarge(
+                    f"{where}: text is {size} bytes; the limit is {limits.max_document_bytes}",
+                    code="document_too_large",
+                    param=f"{where}.text",
+                )
+            meta_size = len(json.dumps(doc.metadata, ensure_ascii=False).encode("utf-8"))
+            if meta_size > limits.max_metadata_bytes:
+                raise PayloadTooLarge(
+                    f"{where}: metadata is {meta_size} bytes; the limit is {limits.max_metadata_bytes}",
+                    code="metadata_too_large",
+                    param=f"{where}.metadata",
+                )
+            if doc.vector is not None and len(doc.vector) != dimensions:
+                raise InvalidInput(
+                    f"{where}: vector has {len(doc.vector)} dimensions; the collection needs {dimensions}",
+                    code="vector_dimension_mismatch",
+                    param=f"{where}.vector",
+                )
+
+    async def write(self, collection: str, documents: Sequence[NewDocument]) -> WriteResult:
+        info = await self.store.get_collection(collection)
+        self.validate(documents, info.dimensions)
+        timings: dict[str, float] = {}
+        to_embed = [i for i, d in enumerate(documents) if d.vector is None]
+        vectors: list[list[float] | None] = [d.vector for d in documents]
+        if to_embed:
+            if info.dimensions != self.embedder.dimensions:
+                raise InvalidInput(
+                    f"collection {collection!r} holds {info.dimensions}-dim vectors; the embedding model "
+                    f"produces {self.embedder.dimensions}: send vectors with the documents",
+                    code="dimension_mismatch",
+                )
+            t = time.perf_counter()
+            embedded = await self.embedder.embed_documents([documents[i].text for i in to_embed])
+            timings["embed"] = round((time.perf_counter() - t) * 1000, 3)
+            for i, vector in zip(to_embed, embedded):
+                vectors[i] = vector
+        chunks = [Chunk(d.id, 0, d.text, d.metadata) for d in documents]
+        t = time.perf_counter()
+        await self.store.upsert(collection, chunks, [v for v in vectors if v is not None])
+        timings["upsert"] = round((time.perf_counter() - t) * 1000, 3)
+        return WriteResult(upserted=len(documents), embedded=len(to_embed), timings_ms=timings)

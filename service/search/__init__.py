@@ -1,0 +1,1 @@
+"""The retrieval pipeline: embed the query, search Qdrant, rerank."""

@@ -1,0 +1,106 @@
+"""The search pipeline: embed the query, vector-search Qdrant, rerank the candidates.
+
+Each stage is timed and reported; stage latencies also feed the Prometheus histograms.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from qdrant_client import models
+
+from service.clients.embeddings import EmbeddingClient
+from service.clients.rerank import RerankClient
+from service.errors import BadRequest, Conflict
+from service.store.qdrant import Hit, VectorStore
+
+DEFAULT_RERANK_CANDIDATES = 30
+StageObserver = Callable[[str, float], None]
+
+
+@dataclass(frozen=True)
+class RankedHit:
+    hit: Hit
+    score: float
+    rerank_score: float | None
+
+
+@dataclass
+class SearchResult:
+    hits: list[RankedHit]
+    reranked: bool
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    collection: str
+    query: str
+    top_k: int
+    query_filter: models.Filter | None = None
+    rerank: bool | None = None
+    """None: rerank when a reranker is configured."""
+    rerank_candidates: int | None = None
+    rerank_instruction: str | None = None
+    embed_instruction: str | None = None
+
+
+class SearchService:
+    def __init__(
+        self,
+        store: VectorStore,
+        embedder: EmbeddingClient,
+        reranker: RerankClient | None,
+        *,
+        max_rerank_candidates: int = 200,
+        observe_stage: StageObserver | None = None,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.reranker = reranker
+        self._max_candidates = max_rerank_candidates
+        self._observe = observe_stage or (lambda stage, seconds: None)
+
+    async def search(self, q: SearchQuery) -> SearchResult:
+        rerank = self.reranker is not None if q.rerank is None else q.rerank
+        if rerank and self.reranker is None:
+            raise BadRequest("this deployment's profile has no reranker", code="reranker_not_configured",
+                             param="rerank")
+        timings: dict[str, float] = {}
+        started = time.perf_counter()
+
+        info = await self.store.get_collection(q.collection)
+        if info.dimensions != self.embedder.dimensions:
+            raise Conflict(
+                f"collection {q.collection!r} holds {info.dimensions}-dim vectors but the embedding model "
+                f"produces {self.embedder.dimensions}",
+                code="dimension_mismatch",
+            )
+        limit = q.top_k
+        if rerank:
+            limit = min(max(q.top_k, q.rerank_candidates or DEFAULT_RERANK_CANDIDATES), self._max_candidates)
+
+        t = time.perf_counter()
+        vector = await self.embedder.embed_query(q.query, task=q.embed_instruction)
+        timings["embed"] = self._stage("embed", t)
+
+        t = time.perf_counter()
+        hits = await self.store.search(q.collection, vector, limit=limit, query_filter=q.query_filter)
+        timings["search"] = self._stage("search", t)
+
+        if rerank and hits and self.reranker is not None:
+            t = time.perf_counter()
+            scores = await self.reranker.rerank(q.query, [h.text for h in hits], instruction=q.rerank_instruction)
+            timings["rerank"] = self._stage("rerank", t)
+            ranked = [RankedHit(hits[s.index], s.score, s.score) for s in scores[: q.top_k]]
+        else:
+            ranked = [RankedHit(h, h.score, None) for h in hits[: q.top_k]]
+        timings["total"] = round((time.perf_counter() - started) * 1000, 3)
+        return SearchResult(hits=ranked, reranked=rerank, timings_ms=timings)
+
+    def _stage(self, stage: str, started: float) -> float:
+        seconds = time.perf_counter() - started
+        self._observe(stage, seconds)
+        return round(seconds * 1000, 3)

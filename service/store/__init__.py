@@ -1,0 +1,1 @@
+"""Vector storage in Qdrant."""

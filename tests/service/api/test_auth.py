@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import pytest
+
+from service.config import Settings
+from tests.support.app import app_client
+
+PROTECTED = [
+    ("GET", "/ready"), ("GET", "/metrics"), ("GET", "/v1/collections"), ("POST", "/v1/collections"),
+    ("GET", "/v1/collections/x"), ("DELETE", "/v1/collections/x"), ("POST", "/v1/collections/x/documents"),
+    ("POST", "/v1/search"), ("POST", "/v1/embeddings"), ("POST", "/v1/rerank"),
+]
+
+
+@pytest.mark.parametrize("key", [None, "wrong-key-wrong-key-wrong"], ids=["missing", "wrong"])
+async def test_every_route_but_health_needs_a_key(minilm_settings: Settings, key: str | None) -> None:
+    async with app_client(minilm_settings, api_key=key) as client:
+        assert (await client.get("/health")).status_code == 200
+        for method, path in PROTECTED:
+            r = await client.request(method, path, json={})
+            assert r.status_code == 401, (method, path, r.text)
+            assert r.json()["error"]["type"] == "authentication_error"
+
+
+async def test_every_route_in_the_app_is_covered(minilm_settings: Settings) -> None:
+    from service.api.app import create_app
+
+    app = create_app(minilm_settings)
+    routes = {(m, r.path) for r in app.routes for m in getattr(r, "methods", ()) if m != "HEAD"}
+    documented = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/health"}
+    expected = {(m, p.replace("/x", "/{name}")) for m, p in PROTECTED}
+    assert {r for r in routes if r[1] not in documented} == expected
+
+
+async def test_a_second_configured_key_works(minilm_settings: Settings) -> None:
+    minilm_settings.api_keys.append(type(minilm_settings.api_keys[0])("second-key-abcdefghijkl"))
+    async with app_client(minilm_settings, api_key="second-key-abcdefghijkl") as client:
+        assert (await client.get("/v1/collections")).status_code == 200
+
+
+def test_app_refuses_to_start_without_keys(minilm_settings: Settings) -> None:
+    from service.api.app import create_app
+
+    minilm_settings.api_keys.clear()
+    with pytest.raises(ValueError, match="API keys"):
+        create_app(minilm_settings)

@@ -1,0 +1,114 @@
+"""/v1/search through the real stack: tiny Qwen3 embedding + reranker runners (vLLM) and Qdrant local mode."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from service.config import Settings
+from tests.support.app import app_client
+
+DOCS = [
+    {"id": "fox", "text": "The quick brown fox jumps over the lazy dog", "metadata": {"year": 2019, "tag": "animal"}},
+    {"id": "rag", "text": "Retrieval augmented generation searches a vector database", "metadata": {"year": 2021, "tag": "ml"}},
+    {"id": "gene", "text": "Proteins and genes regulate cells in patients", "metadata": {"year": 2020, "tag": "bio"}},
+    {"id": "trial", "text": "Clinical trials compare treatments for mutations", "metadata": {"year": 2021, "tag": "bio"}},
+    {"id": "digits", "text": "0123456789 counted twice: 9876543210", "metadata": {"year": 2018, "tag": "misc"}},
+]
+
+
+async def _seed(client: httpx.AsyncClient, name: str = "docs") -> None:
+    r = await client.post("/v1/collections", json={"name": name, "filter_fields": {"year": "integer", "tag": "keyword"}})
+    assert r.status_code == 201, r.text
+    r = await client.post(f"/v1/collections/{name}/documents", json={"documents": DOCS})
+    assert r.status_code == 200, r.text
+    assert r.json()["upserted"] == len(DOCS)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[d["id"] for d in DOCS])
+async def test_document_searched_by_its_own_text_comes_first_without_rerank(
+    minilm_settings: Settings, doc: dict
+) -> None:
+    async with app_client(minilm_settings) as client:
+        await _seed(client)
+        r = await client.post("/v1/search", json={"collection": "docs", "query": doc["text"], "top_k": 3})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["hits"][0]["doc_id"] == doc["id"]
+    assert body["hits"][0]["vector_score"] == pytest.approx(1.0, abs=1e-4)
+    assert body["reranked"] is False
+
+
+async def test_qwen3_stack_returns_own_text_first_and_reranks(qwen3_settings: Settings) -> None:
+    async with app_client(qwen3_settings) as client:
+        await _seed(client)
+        hits_by_doc = {}
+        for doc in DOCS:
+            r = await client.post(
+                "/v1/search",
+                json={"collection": "docs", "query": doc["text"], "top_k": 5, "rerank": {"enabled": False}},
+            )
+            assert r.status_code == 200, r.text
+            hits_by_doc[doc["id"]] = r.json()["hits"]
+        r = await client.post("/v1/search", json={"collection": "docs", "query": "fox and dog", "top_k": 5})
+    # Random weights carry no meaning, but the query instruction is the same prefix for every query, so
+    # the document whose text the query repeats must still be its nearest neighbour.
+    firsts = [hits[0]["doc_id"] for hits in hits_by_doc.values()]
+    assert firsts == list(hits_by_doc)
+    body = r.json()
+    assert r.status_code == 200 and body["reranked"] is True
+    scores = [h["rerank_score"] for h in body["hits"]]
+    assert len(scores) == len(DOCS)
+    assert all(0.0 < s < 1.0 for s in scores)
+    assert scores == sorted(scores, reverse=True)
+    assert [h["score"] for h in body["hits"]] == scores
+    assert [h["rank"] for h in body["hits"]] == [1, 2, 3, 4, 5]
+    assert set(body["timings_ms"]) == {"embed", "search", "rerank", "total"}
+    assert all(isinstance(h["vector_score"], float) for h in body["hits"])
+
+
+async def test_rerank_top_n_limits_candidates_and_top_k_limits_hits(qwen3_settings: Settings) -> None:
+    async with app_client(qwen3_settings) as client:
+        await _seed(client)
+        r = await client.post(
+            "/v1/search",
+            json={"collection": "docs", "query": "genes", "top_k": 2, "rerank": {"top_n": 3, "instruction": "Find biology"}},
+        )
+    body = r.json()
+    assert r.status_code == 200, r.text
+    assert len(body["hits"]) == 2 and body["reranked"]
+
+
+@pytest.mark.parametrize(
+    ("flt", "expected"),
+    [
+        ({"tag": "bio"}, {"gene", "trial"}),
+        ({"year": 2021}, {"rag", "trial"}),
+        ({"year": {"gte": 2020}}, {"rag", "gene", "trial"}),
+        ({"tag": ["animal", "misc"]}, {"fox", "digits"}),
+        ({"tag": "bio", "year": {"lt": 2021}}, {"gene"}),
+        ({"doc_id": "rag"}, {"rag"}),
+        ({"tag": "none-such"}, set()),
+    ],
+)
+async def test_filters(minilm_settings: Settings, flt: dict, expected: set[str]) -> None:
+    async with app_client(minilm_settings) as client:
+        await _seed(client)
+        r = await client.post("/v1/search", json={"collection": "docs", "query": "anything", "top_k": 10, "filter": flt})
+    assert r.status_code == 200, r.text
+    assert {h["doc_id"] for h in r.json()["hits"]} == expected
+
+
+async def test_upsert_same_id_replaces_instead_of_duplicating(minilm_settings: Settings) -> None:
+    async with app_client(minilm_settings) as client:
+        await _seed(client)
+        r = await client.post(
+            "/v1/collections/docs/documents",
+            json={"documents": [{"id": "fox", "text": "A new text about owls", "metadata": {"year": 2024}}]},
+        )
+        assert r.status_code == 200
+        info = (await client.get("/v1/collections/docs")).json()
+        r = await client.post("/v1/search", json={"collection": "docs", "query": "A new text about owls", "top_k": 1})
+    assert info["points"] == len(DOCS)
+    hit = r.json()["hits"][0]
+    assert hit["doc_id"] == "fox" and hit["metadata"] == {"year": 2024}

@@ -1,0 +1,1 @@
+"""Test support: tiny checkpoints, runner fixtures, in-process app helpers."""

@@ -1,0 +1,34 @@
+"""Run the real app in-process: its lifespan, its middleware, over httpx's ASGI transport."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+import httpx
+
+from service.api.app import create_app
+from service.config import Settings
+
+API_KEY = "test-key-0123456789abcdef"
+
+
+@asynccontextmanager
+async def app_client(
+    settings: Settings,
+    *,
+    transports: Mapping[str, httpx.AsyncBaseTransport] | None = None,
+    api_key: str | None = API_KEY,
+) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings, transports=transports)
+    async with app.router.lifespan_context(app) as state:
+
+        async def asgi(scope, receive, send):  # type: ignore[no-untyped-def]
+            scope["state"] = dict(state or {})
+            await app(scope, receive, send)
+
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=asgi), base_url="http://ragserve.test", headers=headers, timeout=120
+        ) as client:
+            yield client
