@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 PLACEHOLDER_KEYS = {"changeme", "change-me", "secret", "test", "password", ""}
 
@@ -35,7 +35,10 @@ class UpstreamSettings(BaseModel):
     """Timeouts, concurrency and retries toward the runners."""
 
     connect_timeout_s: float = 2.0
-    embed_timeout_s: float = Field(30.0, description="Per-request read timeout toward the embedding runner.")
+    embed_timeout_s: float = Field(30.0, description="Read timeout for query embeddings.")
+    embed_batch_timeout_s: float = Field(
+        300.0, description="Read timeout for a batch of documents (waits behind other batches in the runner)."
+    )
     rerank_timeout_s: float = Field(30.0, description="Per-request read timeout toward the reranker.")
     max_concurrency: int = Field(16, description="Requests in flight per runner; more wait, bounded.")
     acquire_timeout_s: float = Field(5.0, description="Waiting longer than this for a slot answers 429.")
@@ -77,7 +80,9 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path(".ragserve"), description="Where the embedded store and job DB live.")
     host: str = "127.0.0.1"
     port: int = 8000
-    api_keys: list[SecretStr] = Field(default_factory=list, description="Accepted bearer keys.")
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="Accepted bearer keys, comma-separated in the environment."
+    )
     query_instruction: str | None = Field(None, description="Override the profile's query instruction.")
     rerank_instruction: str | None = Field(None, description="Override the reranker's default instruction.")
     embed_dimensions: int | None = Field(None, description="Matryoshka output size (qwen3 only).")

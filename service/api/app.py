@@ -54,6 +54,7 @@ def build_services(
         truncate_tokens=_window(profile.embedding.max_tokens, settings),
         query_task=settings.query_instruction,
         batch_size=up.embed_batch_size,
+        batch_timeout_s=up.embed_batch_timeout_s,
     )
     reranker = None
     if profile.reranker is not None:

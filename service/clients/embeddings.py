@@ -26,24 +26,32 @@ class EmbeddingClient:
         truncate_tokens: int | None = None,
         query_task: str | None = None,
         batch_size: int = 64,
+        batch_timeout_s: float | None = None,
     ) -> None:
         self.runner = runner
         self.model = model
         self.dimensions = dimensions or model.dimensions
-        self._send_dimensions = dimensions is not None and dimensions != model.dimensions
+        """Default output size; a collection created with another Matryoshka size asks for its own."""
         self.truncate_tokens = truncate_tokens or model.max_tokens
         self._query_task = query_task
         self._batch_size = batch_size
+        self._batch_timeout_s = batch_timeout_s
 
-    async def embed_query(self, query: str, *, task: str | None = None) -> list[float]:
+    async def embed_query(
+        self, query: str, *, task: str | None = None, dimensions: int | None = None
+    ) -> list[float]:
         text = self.model.format_query(query, task or self._query_task)
-        (vector,) = await self._embed_batch([text])
+        (vector,) = await self._embed_batch([text], timeout_s=None, dimensions=dimensions)
         return vector
 
-    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed_documents(
+        self, texts: Sequence[str], *, dimensions: int | None = None
+    ) -> list[list[float]]:
         """Embed ``texts`` in batches sent concurrently (bounded by the runner client's slots)."""
         batches = [texts[i : i + self._batch_size] for i in range(0, len(texts), self._batch_size)]
-        results = await asyncio.gather(*(self._embed_batch(list(b)) for b in batches))
+        results = await asyncio.gather(
+            *(self._embed_batch(list(b), timeout_s=self._batch_timeout_s, dimensions=dimensions) for b in batches)
+        )
         return [vector for batch in results for vector in batch]
 
     async def passthrough(self, body: dict[str, Any]) -> Any:
@@ -51,25 +59,28 @@ class EmbeddingClient:
         body = {**body, "model": self.model.name}
         return await self.runner.post_json("/v1/embeddings", body)
 
-    async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+    async def _embed_batch(
+        self, texts: list[str], *, timeout_s: float | None, dimensions: int | None
+    ) -> list[list[float]]:
+        dims = dimensions or self.dimensions
         body: dict[str, Any] = {
             "model": self.model.name,
             "input": texts,
             "encoding_format": "float",
             "truncate_prompt_tokens": self.truncate_tokens,
         }
-        if self._send_dimensions:
-            body["dimensions"] = self.dimensions
-        payload = await self.runner.post_json("/v1/embeddings", body)
+        if dims != self.model.dimensions:
+            body["dimensions"] = dims
+        payload = await self.runner.post_json("/v1/embeddings", body, timeout_s=timeout_s)
         try:
             data = sorted(payload["data"], key=lambda item: item["index"])
             vectors = [list(map(float, item["embedding"])) for item in data]
         except (KeyError, TypeError, ValueError) as exc:
             raise UpstreamError(self.runner.name, "embedding response has an unexpected shape") from exc
-        if len(vectors) != len(texts) or any(len(v) != self.dimensions for v in vectors):
+        if len(vectors) != len(texts) or any(len(v) != dims for v in vectors):
             raise UpstreamError(
                 self.runner.name,
-                f"expected {len(texts)} vectors of {self.dimensions} dims, got "
+                f"expected {len(texts)} vectors of {dims} dims, got "
                 f"{len(vectors)} of {len(vectors[0]) if vectors else 0}",
             )
         return vectors

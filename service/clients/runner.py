@@ -1,7 +1,7 @@
 """One HTTP connection pool to one vLLM runner, with bounded concurrency, per-call timeouts and
 retries with exponential backoff for idempotent calls.
 
-Retry policy: connection failures, 429 and 502/503/504 are retried (honouring ``Retry-After``, capped)
+Retry policy: connection failures, 429 and 5xx are retried (honouring ``Retry-After``, capped)
 while the call's deadline allows; a read timeout is not retried, because a runner that did not answer
 within the timeout will not answer a copy of the request faster, and the caller must hear back within
 its own timeout. Waiting for a concurrency slot is bounded too: past ``acquire_timeout_s`` the call
@@ -26,7 +26,7 @@ from service.clients.errors import (
 )
 from service.errors import Overloaded
 
-RETRYABLE_STATUS = {429, 502, 503, 504}
+RETRYABLE_STATUS = {429, 500, 502, 503, 504}
 MAX_RETRY_AFTER_S = 5.0
 
 
@@ -47,6 +47,7 @@ class RunnerClient:
         self.name = name
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self._connect_timeout_s = connect_timeout_s
         self._retries = retries
         self._backoff_s = backoff_s
         self._acquire_timeout_s = acquire_timeout_s
@@ -68,8 +69,13 @@ class RunnerClient:
             return False
         return response.status_code == 200
 
-    async def post_json(self, path: str, body: dict[str, Any], *, idempotent: bool = True) -> Any:
-        """POST ``body`` and return the decoded JSON answer, or raise an :class:`UpstreamError`."""
+    async def post_json(
+        self, path: str, body: dict[str, Any], *, idempotent: bool = True, timeout_s: float | None = None
+    ) -> Any:
+        """POST ``body`` and return the decoded JSON answer, or raise an :class:`UpstreamError`.
+
+        ``timeout_s`` replaces the client's timeout for this call (bulk embedding waits longer than a query).
+        """
         try:
             await asyncio.wait_for(self._slots.acquire(), self._acquire_timeout_s)
         except asyncio.TimeoutError:
@@ -77,19 +83,21 @@ class RunnerClient:
                 f"too many requests in flight to the {self.name} runner", retry_after_s=1.0
             ) from None
         try:
-            return await self._post_with_retries(path, body, idempotent=idempotent)
+            return await self._post_with_retries(path, body, idempotent=idempotent, timeout_s=timeout_s or self.timeout_s)
         finally:
             self._slots.release()
 
-    async def _post_with_retries(self, path: str, body: dict[str, Any], *, idempotent: bool) -> Any:
-        deadline = time.monotonic() + self.timeout_s
+    async def _post_with_retries(
+        self, path: str, body: dict[str, Any], *, idempotent: bool, timeout_s: float
+    ) -> Any:
+        deadline = time.monotonic() + timeout_s
         attempts = 1 + (self._retries if idempotent else 0)
         for attempt in range(attempts):
             last = attempt == attempts - 1
             try:
-                response = await self._http.post(path, json=body)
+                response = await self._http.post(path, json=body, timeout=httpx.Timeout(timeout_s, connect=self._connect_timeout_s))
             except httpx.TimeoutException as exc:
-                raise UpstreamTimeout(self.name, f"no answer within {self.timeout_s:g}s") from exc
+                raise UpstreamTimeout(self.name, f"no answer within {timeout_s:g}s") from exc
             except httpx.TransportError as exc:
                 if last or not self._sleep_fits(attempt, deadline, None):
                     raise UpstreamUnavailable(self.name, f"cannot connect ({type(exc).__name__})") from exc

@@ -85,14 +85,17 @@ class DocumentWriter:
         to_embed = [i for i, d in enumerate(documents) if d.vector is None]
         vectors: list[list[float] | None] = [d.vector for d in documents]
         if to_embed:
-            if info.dimensions != self.embedder.dimensions:
+            try:
+                self.embedder.model.check_dimensions(info.dimensions)
+            except ValueError as exc:
                 raise InvalidInput(
-                    f"collection {collection!r} holds {info.dimensions}-dim vectors; the embedding model "
-                    f"produces {self.embedder.dimensions}: send vectors with the documents",
+                    f"collection {collection!r}: {exc}; send vectors with the documents",
                     code="dimension_mismatch",
-                )
+                ) from exc
             t = time.perf_counter()
-            embedded = await self.embedder.embed_documents([documents[i].text for i in to_embed])
+            embedded = await self.embedder.embed_documents(
+                [documents[i].text for i in to_embed], dimensions=info.dimensions
+            )
             timings["embed"] = round((time.perf_counter() - t) * 1000, 3)
             for i, vector in zip(to_embed, embedded):
                 vectors[i] = vector

@@ -72,18 +72,16 @@ class SearchService:
         started = time.perf_counter()
 
         info = await self.store.get_collection(q.collection)
-        if info.dimensions != self.embedder.dimensions:
-            raise Conflict(
-                f"collection {q.collection!r} holds {info.dimensions}-dim vectors but the embedding model "
-                f"produces {self.embedder.dimensions}",
-                code="dimension_mismatch",
-            )
+        try:
+            self.embedder.model.check_dimensions(info.dimensions)
+        except ValueError as exc:
+            raise Conflict(f"collection {q.collection!r} cannot be searched: {exc}", code="dimension_mismatch") from exc
         limit = q.top_k
         if rerank:
             limit = min(max(q.top_k, q.rerank_candidates or DEFAULT_RERANK_CANDIDATES), self._max_candidates)
 
         t = time.perf_counter()
-        vector = await self.embedder.embed_query(q.query, task=q.embed_instruction)
+        vector = await self.embedder.embed_query(q.query, task=q.embed_instruction, dimensions=info.dimensions)
         timings["embed"] = self._stage("embed", t)
 
         t = time.perf_counter()

@@ -1,0 +1,71 @@
+"""``ragserve demo``: start the runners and the API on the embedded store, index a sample collection
+through the API, answer a query, and keep serving until Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from service.config import Settings
+from service.runners.launcher import runner_specs, running
+from service.server import BackgroundServer, ensure_api_key
+
+SAMPLE_QUERY = "How do plants turn sunlight into energy?"
+
+
+def sample_documents() -> list[dict[str, Any]]:
+    text = (resources.files("service.demo") / "sample.jsonl").read_text(encoding="utf-8")
+    docs = []
+    for line in text.splitlines():
+        row = json.loads(line)
+        docs.append({"id": row["_id"], "text": f"{row['title']} {row['text']}", "metadata": {"title": row["title"]}})
+    return docs
+
+
+def index_and_query(base_url: str, key: str, collection: str, query: str) -> dict[str, Any]:
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
+        if client.get(f"/v1/collections/{collection}").status_code == 404:
+            client.post("/v1/collections", json={"name": collection}).raise_for_status()
+        r = client.post(f"/v1/collections/{collection}/documents", json={"documents": sample_documents()})
+        r.raise_for_status()
+        print(f"indexed {r.json()['upserted']} documents into '{collection}'")
+        r = client.post("/v1/search", json={"collection": collection, "query": query, "top_k": 3})
+        r.raise_for_status()
+        result: dict[str, Any] = r.json()
+        return result
+
+
+def run_demo(settings: Settings, *, collection: str = "sample", query: str = SAMPLE_QUERY,
+             stay: bool = True) -> dict[str, Any]:
+    generated = ensure_api_key(settings)
+    key = generated or settings.api_keys[0].get_secret_value()
+    specs = runner_specs(settings)
+    print(f"starting {len(specs)} vLLM runner(s) for profile '{settings.profile}' (first start: ~1 minute)...")
+    with running(specs, log_dir=Path(settings.data_dir) / "logs", timeout_s=settings.runners.startup_timeout_s):
+        for s in specs:
+            print(f"  {s.name} runner: {s.url} ({s.served_name})")
+        server = BackgroundServer(settings)
+        server.start()
+        base_url = f"http://{settings.host}:{settings.port}"
+        try:
+            result = index_and_query(base_url, key, collection, query)
+            print(f"\nquery: {query}")
+            for hit in result["hits"]:
+                print(f"  {hit['rank']}. [{hit['score']:.3f}] {hit['doc_id']}: {hit['text'][:90]}")
+            print(f"  timings (ms): {result['timings_ms']}")
+            print(f"\nragserve is listening on {base_url}  (OpenAPI: {base_url}/docs)")
+            print(f"API key: {key}")
+            print(f"try: curl -s {base_url}/v1/search -H 'Authorization: Bearer {key}' "
+                  f"-H 'Content-Type: application/json' -d '{{\"collection\": \"{collection}\", "
+                  f"\"query\": \"what is BM25?\"}}'")
+            if stay:
+                print("Ctrl-C stops the API and the runners.")
+                threading.Event().wait()
+            return result
+        finally:
+            server.stop()

@@ -1,0 +1,52 @@
+"""Running the API: keys, uvicorn, and the in-thread server the demo uses."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+
+import uvicorn
+from pydantic import SecretStr
+
+from service.api.app import create_app
+from service.config import Settings
+
+
+def ensure_api_key(settings: Settings) -> str | None:
+    """In development, generate a key when none is configured and return it (to print); in production,
+    refuse to start without one."""
+    if settings.api_keys:
+        return None
+    if settings.environment == "production":
+        raise SystemExit("RAGSERVE_API_KEYS is required in production")
+    key = "rs-" + secrets.token_urlsafe(24)
+    settings.api_keys = [SecretStr(key)]
+    return key
+
+
+def serve(settings: Settings) -> None:
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info",
+                access_log=False)
+
+
+class BackgroundServer:
+    """uvicorn in a thread, for the demo: the main thread indexes and queries through HTTP meanwhile."""
+
+    def __init__(self, settings: Settings) -> None:
+        config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port,
+                                log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="ragserve-api", daemon=True)
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the API server did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Set up (idempotent) and run the whole test suite against real vLLM runners and Qdrant local mode.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash deploy/local/setup.sh
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,66 @@
+"""The ``ragserve`` command as a user runs it: real subprocesses, real HTTP."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.support.runners import RunnerURLs, free_port
+
+
+def _wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout_s: float) -> tuple[re.Match[str], str]:
+    seen = []
+    deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            if proc.poll() is not None:
+                break
+            continue
+        seen.append(line)
+        if m := re.search(pattern, line):
+            return m, "".join(seen)
+    raise AssertionError(f"{pattern!r} not printed; output:\n{''.join(seen)}")
+
+
+def test_serve_generates_and_prints_a_key(runners: RunnerURLs, tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "RAGSERVE_PROFILE": "minilm", "RAGSERVE_RUNNERS__EMBED_URL": runners.minilm_embed,
+           "RAGSERVE_DATA_DIR": str(tmp_path), "RAGSERVE_PORT": str(port), "PYTHONUNBUFFERED": "1"}
+    env.pop("RAGSERVE_API_KEYS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        m, _ = _wait_for_line(proc, r"Generated API key \(development only\): (\S+)", 60)
+        key = m.group(1)
+        _wait_for_line(proc, r"Uvicorn running", 60)
+        base = f"http://127.0.0.1:{port}"
+        assert httpx.get(f"{base}/health").status_code == 200
+        assert httpx.get(f"{base}/v1/collections").status_code == 401
+        ok = httpx.get(f"{base}/ready", headers={"Authorization": f"Bearer {key}"})
+        assert ok.status_code == 200, ok.text
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_demo_main_job(tmp_path: Path) -> None:
+    """The README's main job: runners + API + sample collection + a query, on a fresh data dir."""
+    port = free_port()
+    env = {**os.environ, "RAGSERVE_DATA_DIR": str(tmp_path), "RAGSERVE_PORT": str(port),
+           "RAGSERVE_RUNNERS__EMBED_URL": f"http://127.0.0.1:{free_port()}", "PYTHONUNBUFFERED": "1"}
+    env.pop("RAGSERVE_API_KEYS", None)
+    proc = subprocess.run([sys.executable, "-m", "service.cli", "demo", "--no-wait"], env=env, text=True,
+                          capture_output=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "indexed 16 documents into 'sample'" in out
+    assert re.search(r"1\. \[[0-9.]+\] photosynthesis:", out), out
+    assert re.search(r"API key: rs-\S+", out)

@@ -1,0 +1,21 @@
+"""The real API under uvicorn on a free loopback port, for tests that go through real HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from service.config import Settings
+from service.server import BackgroundServer
+from tests.support.runners import free_port
+
+
+@contextmanager
+def live_server(settings: Settings) -> Iterator[str]:
+    settings.port = free_port()
+    server = BackgroundServer(settings)
+    server.start()
+    try:
+        yield f"http://{settings.host}:{settings.port}"
+    finally:
+        server.stop()
