@@ -31,9 +31,64 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if args.with_runners:
         with running(runner_specs(settings), log_dir=settings.data_dir / "logs",
                      timeout_s=settings.runners.startup_timeout_s):
-            serve(settings)
+            serve(settings, with_worker=args.with_worker)
     else:
-        serve(settings)
+        serve(settings, with_worker=args.with_worker)
+
+
+def _api(args: argparse.Namespace) -> tuple[str, str]:
+    settings = Settings()
+    key = args.api_key or (settings.api_keys[0].get_secret_value() if settings.api_keys else None)
+    if not key:
+        raise SystemExit("pass --api-key or set RAGSERVE_API_KEYS")
+    return args.url, key
+
+
+def cmd_index(args: argparse.Namespace) -> None:
+    from indexer import cli as icli
+
+    url, key = _api(args)
+    options = {"prune": args.prune, "chunking": args.chunking}
+    if args.chunk_tokens:
+        options["chunk_tokens"] = args.chunk_tokens
+    with icli._client(url, key) as client:
+        job = icli.submit(client, Path(args.path), args.collection, server_path=args.server_path,
+                          options=options, include=args.include or [], exclude=args.exclude or [])
+        print(f"job {job['id']} submitted", file=sys.stderr)
+        if args.no_wait:
+            print(job["id"])
+            return
+        job = icli.follow(client, job["id"], quiet=args.quiet)
+    print(icli.summary(job))
+    if job["state"] != "succeeded":
+        raise SystemExit(1)
+
+
+def cmd_search(args: argparse.Namespace) -> None:
+    from indexer import cli as icli
+
+    url, key = _api(args)
+    body: dict[str, object] = {"collection": args.collection, "query": args.query, "top_k": args.top_k}
+    if args.no_rerank:
+        body["rerank"] = {"enabled": False}
+    with icli._client(url, key) as client:
+        result = icli._check(client.post("/v1/search", json=body))
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    for hit in result["hits"]:
+        where = hit.get("location") or {}
+        extra = f" p.{where['page']}" if "page" in where else ""
+        extra += f" § {' > '.join(where['headings'])}" if where.get("headings") else ""
+        print(f"{hit['rank']:>3}. {hit['score']:.4f}  {hit['doc_id']}#{hit['chunk_index']}{extra}")
+        print(f"     {hit['text'][:160].replace(chr(10), ' ')}")
+    print(f"timings (ms): {result['timings_ms']}")
+
+
+def cmd_worker(args: argparse.Namespace) -> None:
+    from indexer.cli import run_worker
+
+    run_worker()
 
 
 def cmd_runners_up(args: argparse.Namespace) -> None:
@@ -93,7 +148,40 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="run the query API")
     common(p)
     p.add_argument("--with-runners", action="store_true", help="also start the vLLM runners")
+    p.add_argument("--with-worker", action="store_true",
+                   help="also run the indexing worker in this process (needed with the embedded store)")
     p.set_defaults(func=cmd_serve)
+
+    def api(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--url", default="http://127.0.0.1:8000")
+        p.add_argument("--api-key", default=None, help="default: the first of RAGSERVE_API_KEYS")
+
+    p = sub.add_parser("index", help="index a file or folder into a collection, with live progress")
+    p.add_argument("path")
+    p.add_argument("--collection", required=True)
+    api(p)
+    p.add_argument("--server-path", action="store_true",
+                   help="let the server read PATH itself (it must be under an allowed root); default: upload")
+    p.add_argument("--include", action="append", help="glob of files to take (repeatable)")
+    p.add_argument("--exclude", action="append", help="glob of files to skip (repeatable)")
+    p.add_argument("--prune", action="store_true", help="delete documents no longer in the folder")
+    p.add_argument("--chunking", choices=["auto", "tokens", "none"], default="auto")
+    p.add_argument("--chunk-tokens", type=int, default=None)
+    p.add_argument("--no-wait", action="store_true", help="print the job id and exit")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("search", help="print the top hits for a query")
+    p.add_argument("query")
+    p.add_argument("--collection", required=True)
+    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--no-rerank", action="store_true")
+    p.add_argument("--json", action="store_true")
+    api(p)
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("worker", help="run an indexing worker (the store must not be open elsewhere)")
+    p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("runners", help="manage the vLLM runners")
     rsub = p.add_subparsers(dest="action", required=True)

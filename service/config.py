@@ -63,11 +63,46 @@ class Limits(BaseModel):
     max_documents_per_request: int = 1000
     max_document_bytes: int = 1_000_000
     max_request_bytes: int = 32_000_000
+    max_upload_bytes: int = Field(1_000_000_000, description="Body limit of multipart ingest requests.")
+    max_upload_files: int = 10_000
     max_query_chars: int = 4096
     max_top_k: int = 200
     max_rerank_candidates: int = 200
     max_metadata_bytes: int = 16_384
     max_collections: int = 1000
+
+
+class IndexerSettings(BaseModel):
+    """The indexing worker: chunking, batching toward the embedding runner, the job queue."""
+
+    chunk_tokens: int | None = Field(
+        None, description="Tokens per chunk (default: the embedding window); never above the window."
+    )
+    chunk_overlap: int = Field(32, ge=0, description="Tokens shared by consecutive chunks of a section.")
+    batch_tokens: int = Field(8192, description="Tokens per embedding request.")
+    inflight_batches: int = Field(4, description="Embedding requests kept in flight so the runner never idles.")
+    batch_attempts: int = Field(3, description="Tries per batch (on top of the client's own retries).")
+    tokenizer_path: str | None = Field(None, description="Tokenizer dir or hub name (default: the checkpoint's).")
+    job_db: Path | None = Field(None, description="SQLite job queue (default: <data_dir>/jobs.sqlite3).")
+    lease_s: float = Field(60.0, description="A running job whose worker stops heartbeating is taken over after this.")
+    poll_s: float = Field(0.5, description="How often an idle worker looks for jobs.")
+
+
+class IngestSettings(BaseModel):
+    """Where ingest jobs may read from."""
+
+    allowed_roots: list[Path] = Field(
+        default_factory=list, description="Server-side folders a path source may read (none: uploads only)."
+    )
+    url_allowlist: list[str] = Field(
+        default_factory=list, description="Domains URL sources may fetch from ('example.com', '*.example.com')."
+    )
+    allow_private_networks: bool = Field(
+        False, description="Let URL fetches reach loopback/private addresses (tests, trusted intranets only)."
+    )
+    max_file_bytes: int = Field(50_000_000, description="Largest file or fetched body.")
+    fetch_timeout_s: float = 20.0
+    max_redirects: int = 3
 
 
 class Settings(BaseSettings):
@@ -91,6 +126,8 @@ class Settings(BaseSettings):
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
     limits: Limits = Field(default_factory=Limits)
+    indexer: IndexerSettings = Field(default_factory=IndexerSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
 
     @field_validator("api_keys", mode="before")
     @classmethod
@@ -111,6 +148,14 @@ class Settings(BaseSettings):
     @property
     def qdrant_path(self) -> Path:
         return self.qdrant.path or self.data_dir / "qdrant"
+
+    @property
+    def job_db_path(self) -> Path:
+        return self.indexer.job_db or self.data_dir / "jobs.sqlite3"
+
+    @property
+    def uploads_dir(self) -> Path:
+        return self.data_dir / "uploads"
 
 
 @lru_cache

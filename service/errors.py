@@ -80,3 +80,9 @@ class Overloaded(RagserveError):
     @property
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(max(1, round(self.retry_after_s)))}
+
+
+class Forbidden(RagserveError):
+    status_code = 403
+    type = "permission_error"
+    code = "forbidden"

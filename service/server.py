@@ -25,16 +25,16 @@ def ensure_api_key(settings: Settings) -> str | None:
     return key
 
 
-def serve(settings: Settings) -> None:
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info",
-                access_log=False)
+def serve(settings: Settings, *, with_worker: bool = False) -> None:
+    uvicorn.run(create_app(settings, with_worker=with_worker), host=settings.host, port=settings.port,
+                log_level="info", access_log=False)
 
 
 class BackgroundServer:
     """uvicorn in a thread, for the demo: the main thread indexes and queries through HTTP meanwhile."""
 
-    def __init__(self, settings: Settings) -> None:
-        config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port,
+    def __init__(self, settings: Settings, *, with_worker: bool = False) -> None:
+        config = uvicorn.Config(create_app(settings, with_worker=with_worker), host=settings.host, port=settings.port,
                                 log_level="warning", access_log=False)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="ragserve-api", daemon=True)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import httpx
@@ -13,7 +14,8 @@ from service import __version__
 from service.api.errors import install_error_handlers
 from service.api.limits import BodySizeLimit
 from service.api.metrics import Metrics, MetricsMiddleware
-from service.api.routes import collections, health, passthrough, search
+from indexer.queue_sqlite import SqliteJobQueue
+from service.api.routes import collections, health, ingest, passthrough, search
 from service.api.state import Services
 from service.clients.embeddings import EmbeddingClient
 from service.clients.rerank import RerankClient
@@ -80,12 +82,18 @@ def build_services(
         observe_stage=metrics.observe_stage,
     )
     writer = DocumentWriter(store, embedder, settings.limits)
-    return Services(settings, profile, store, embedder, reranker, search_service, writer, metrics)
+    jobs = SqliteJobQueue(settings.job_db_path)
+    return Services(settings, profile, store, embedder, reranker, search_service, writer, metrics, jobs)
 
 
 def create_app(
-    settings: Settings, *, transports: Mapping[str, httpx.AsyncBaseTransport] | None = None
+    settings: Settings,
+    *,
+    transports: Mapping[str, httpx.AsyncBaseTransport] | None = None,
+    with_worker: bool = False,
 ) -> FastAPI:
+    """The API. ``with_worker`` also runs an indexing worker in this process: the way to use the embedded
+    store, which only one process may open."""
     if not settings.api_keys:
         raise ValueError("no API keys configured: set RAGSERVE_API_KEYS (every route but /health needs one)")
     metrics = Metrics()
@@ -93,9 +101,21 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         services = build_services(settings, metrics, transports)
+        worker_task = None
+        stop = asyncio.Event()
+        if with_worker:
+            from indexer.worker import Worker
+
+            worker = Worker(services.jobs, services.store, services.embedder, settings)
+            worker_task = asyncio.create_task(worker.run_forever(stop), name="ragserve-worker")
         try:
             yield {"services": services}
         finally:
+            stop.set()
+            if worker_task is not None:
+                worker_task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await worker_task
             await services.aclose()
 
     app = FastAPI(
@@ -106,8 +126,9 @@ def create_app(
     )
     app.state.metrics = metrics
     install_error_handlers(app)
-    for router in (health.router, collections.router, search.router, passthrough.router):
+    for router in (health.router, collections.router, ingest.router, search.router, passthrough.router):
         app.include_router(router)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes,
+                       upload_max_bytes=settings.limits.max_upload_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

@@ -10,18 +10,22 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 class BodySizeLimit:
     """Answers 413 for a Content-Length over ``max_bytes``, and stops a body that streams past it."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, upload_max_bytes: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.upload_max_bytes = upload_max_bytes or max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
+        limit = self.max_bytes
+        if scope["path"].endswith("/ingest") and headers.get(b"content-type", b"").startswith(b"multipart/"):
+            limit = self.upload_max_bytes
         length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._refuse(send)
+        if length is not None and length.isdigit() and int(length) > limit:
+            await self._refuse(send, limit)
             return
         received = 0
 
@@ -30,19 +34,19 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit:
                     raise _TooLarge
             return message
 
         try:
             await self.app(scope, limited_receive, send)
         except _TooLarge:
-            await self._refuse(send)
+            await self._refuse(send, limit)
 
-    async def _refuse(self, send: Send) -> None:
+    async def _refuse(self, send: Send, limit: int) -> None:
         body = json.dumps({"error": {
             "type": "invalid_request", "code": "request_too_large",
-            "message": f"request body over {self.max_bytes} bytes",
+            "message": f"request body over {limit} bytes",
         }}).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from indexer.queue import JobQueue
 from service.api.metrics import Metrics
 from service.clients.embeddings import EmbeddingClient
 from service.clients.rerank import RerankClient
@@ -24,8 +25,10 @@ class Services:
     search: SearchService
     writer: DocumentWriter
     metrics: Metrics
+    jobs: JobQueue
 
     async def aclose(self) -> None:
+        await self.jobs.close()
         await self.embedder.runner.aclose()
         if self.reranker is not None:
             await self.reranker.runner.aclose()

@@ -54,6 +54,10 @@ class EmbeddingClient:
         )
         return [vector for batch in results for vector in batch]
 
+    async def embed_batch(self, texts: list[str], *, dimensions: int | None = None) -> list[list[float]]:
+        """Exactly one request for ``texts`` (the indexer sizes its batches by tokens itself)."""
+        return await self._embed_batch(texts, timeout_s=self._batch_timeout_s, dimensions=dimensions)
+
     async def passthrough(self, body: dict[str, Any]) -> Any:
         """Forward an OpenAI-style request as it is, with the served model name filled in."""
         body = {**body, "model": self.model.name}

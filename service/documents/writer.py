@@ -7,6 +7,7 @@ also leaves the collection as it was.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -32,6 +33,15 @@ class WriteResult:
     upserted: int
     embedded: int
     timings_ms: dict[str, float]
+
+
+def content_hash(text: str, metadata: dict[str, Any], *extra: object) -> str:
+    """Identity of a document version: its text, its metadata and whatever shaped its chunks."""
+    h = hashlib.sha256()
+    for part in (text, json.dumps(metadata, sort_keys=True, ensure_ascii=False), *map(str, extra)):
+        h.update(part.encode("utf-8"))
+        h.update(b"\x1f")
+    return h.hexdigest()[:32]
 
 
 class DocumentWriter:
@@ -99,8 +109,10 @@ class DocumentWriter:
             timings["embed"] = round((time.perf_counter() - t) * 1000, 3)
             for i, vector in zip(to_embed, embedded):
                 vectors[i] = vector
-        chunks = [Chunk(d.id, 0, d.text, d.metadata) for d in documents]
+        chunks = [Chunk(d.id, 0, d.text, d.metadata, content_hash=content_hash(d.text, d.metadata))
+                  for d in documents]
         t = time.perf_counter()
-        await self.store.upsert(collection, chunks, [v for v in vectors if v is not None])
+        # Replaces every chunk a document had before (the indexer may have split it into several).
+        await self.store.replace_documents(collection, chunks, [v for v in vectors if v is not None])
         timings["upsert"] = round((time.perf_counter() - t) * 1000, 3)
         return WriteResult(upserted=len(documents), embedded=len(to_embed), timings_ms=timings)

@@ -2,8 +2,13 @@
 on the embedded local mode (``path=``, the zero-setup default) and on a Qdrant server (``url=``).
 
 A point is one chunk: a named dense vector ``dense`` and the payload ``{doc_id, chunk_index, text,
-metadata}``. Point ids are UUIDv5 of ``(collection, doc_id, chunk_index)``: upserting the same chunk twice
-overwrites it instead of duplicating it.
+metadata, location, source, content_hash, chunk_count}``. Point ids are UUIDv5 of
+``(collection, doc_id, chunk_index)``: upserting the same chunk twice overwrites it instead of duplicating it.
+
+A document is complete in the store when it holds exactly the chunks ``0..chunk_count-1``, all with the same
+``content_hash``. :meth:`VectorStore.replace_documents` writes the new chunks first and then deletes the
+document's chunks of any other hash, so a crash between the two leaves at worst stale extra chunks that the
+next run removes, never a document that looks complete but is not.
 """
 
 from __future__ import annotations
@@ -42,6 +47,24 @@ class Chunk:
     chunk_index: int
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    content_hash: str = ""
+    chunk_count: int = 1
+    source: str | None = None
+    location: dict[str, Any] | None = None
+    """Where the chunk sits in its document: char/byte offsets, pages, headings (for citations)."""
+
+
+@dataclass(frozen=True)
+class DocState:
+    """What the store holds of one document."""
+
+    content_hash: str
+    chunk_indices: frozenset[int]
+    chunk_count: int
+
+    @property
+    def complete(self) -> bool:
+        return self.chunk_indices == frozenset(range(self.chunk_count))
 
 
 @dataclass(frozen=True)
@@ -61,6 +84,8 @@ class Hit:
     chunk_index: int
     text: str
     metadata: dict[str, Any]
+    location: dict[str, Any] | None = None
+    source: str | None = None
 
 
 class VectorStore:
@@ -110,7 +135,8 @@ class VectorStore:
                 metadata={"model": model, "filter_fields": fields},
             )
         )
-        indexes = {"doc_id": "keyword", **{f"metadata.{k}": v for k, v in fields.items()}}
+        indexes = {"doc_id": "keyword", "source": "keyword", "content_hash": "keyword",
+                   **{f"metadata.{k}": v for k, v in fields.items()}}
         for key, kind in indexes.items():
             await self._call(
                 lambda key=key, kind=kind: self.client.create_payload_index(name, key, FIELD_TYPES[kind]),
@@ -149,16 +175,72 @@ class VectorStore:
             models.PointStruct(
                 id=point_id(name, c.doc_id, c.chunk_index),
                 vector={DENSE: list(v)},
-                payload={
-                    "doc_id": c.doc_id,
-                    "chunk_index": c.chunk_index,
-                    "text": c.text,
-                    "metadata": c.metadata,
-                },
+                payload=_payload(c),
             )
             for c, v in zip(chunks, vectors)
         ]
         await self._call(lambda: self.client.upsert(name, points=points, wait=True), name)
+
+    async def replace_documents(
+        self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]
+    ) -> None:
+        """Upsert the chunks of whole documents, then drop those documents' chunks of other versions."""
+        await self.upsert(name, chunks, vectors)
+        hashes = {c.doc_id: c.content_hash for c in chunks}
+        stale = models.Filter(should=[
+            models.Filter(
+                must=[models.FieldCondition(key="doc_id", match=models.MatchValue(value=doc_id))],
+                must_not=[models.FieldCondition(key="content_hash", match=models.MatchValue(value=h))],
+            )
+            for doc_id, h in hashes.items()
+        ])
+        await self._delete(name, stale)
+
+    async def delete_documents(self, name: str, doc_ids: Sequence[str]) -> None:
+        if doc_ids:
+            await self._delete(name, models.Filter(must=[
+                models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(doc_ids)))
+            ]))
+
+    async def _delete(self, name: str, flt: models.Filter) -> None:
+        selector = models.FilterSelector(filter=flt)
+        await self._call(lambda: self.client.delete(name, points_selector=selector, wait=True), name)
+
+    async def doc_states(self, name: str, *, source: str | None = None, doc_ids: Sequence[str] | None = None,
+                         page_size: int = 2048) -> dict[str, DocState]:
+        """Hash and chunk indices of every stored document (of one source, or of the given ids)."""
+        must: list[models.Condition] = []
+        if source is not None:
+            must.append(models.FieldCondition(key="source", match=models.MatchValue(value=source)))
+        if doc_ids is not None:
+            if not doc_ids:
+                return {}
+            must.append(models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(doc_ids))))
+        flt = models.Filter(must=must) if must else None
+        fields = ["doc_id", "chunk_index", "content_hash", "chunk_count"]
+        seen: dict[str, tuple[str, set[int], int]] = {}
+        conflicting: set[str] = set()
+        offset: Any = None
+        while True:
+            points, offset = await self._call(
+                lambda offset=offset: self.client.scroll(
+                    name, scroll_filter=flt, limit=page_size, offset=offset, with_payload=fields, with_vectors=False
+                ),
+                name,
+            )
+            for p in points:
+                pl = p.payload or {}
+                doc_id, h = str(pl.get("doc_id")), str(pl.get("content_hash", ""))
+                entry = seen.setdefault(doc_id, (h, set(), int(pl.get("chunk_count", 1))))
+                if entry[0] != h:
+                    conflicting.add(doc_id)
+                entry[1].add(int(pl.get("chunk_index", 0)))
+            if offset is None:
+                break
+        return {
+            d: DocState("" if d in conflicting else h, frozenset(ix), n)  # mixed versions: never "complete"
+            for d, (h, ix, n) in seen.items()
+        }
 
     async def search(
         self, name: str, vector: Sequence[float], *, limit: int, query_filter: models.Filter | None = None
@@ -177,6 +259,22 @@ class VectorStore:
         return [_hit(p) for p in response.points]
 
 
+def _payload(c: Chunk) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "doc_id": c.doc_id,
+        "chunk_index": c.chunk_index,
+        "text": c.text,
+        "metadata": c.metadata,
+        "content_hash": c.content_hash,
+        "chunk_count": c.chunk_count,
+    }
+    if c.source is not None:
+        payload["source"] = c.source
+    if c.location:
+        payload["location"] = c.location
+    return payload
+
+
 def _hit(point: models.ScoredPoint) -> Hit:
     payload = point.payload or {}
     return Hit(
@@ -186,6 +284,8 @@ def _hit(point: models.ScoredPoint) -> Hit:
         chunk_index=int(payload.get("chunk_index", 0)),
         text=str(payload.get("text", "")),
         metadata=dict(payload.get("metadata") or {}),
+        location=payload.get("location"),
+        source=payload.get("source"),
     )
 
 

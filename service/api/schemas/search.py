@@ -42,6 +42,9 @@ class SearchHit(BaseModel):
     chunk_index: int
     text: str
     metadata: dict[str, Any]
+    location: dict[str, Any] | None = Field(
+        None, description="Where the chunk sits in its document (char/byte offsets, pages, headings)."
+    )
     score: float = Field(description="The score the hits are ordered by (rerank score when reranked).")
     vector_score: float = Field(description="Cosine similarity from the vector search.")
     rerank_score: float | None = Field(None, description="Reranker relevance in (0, 1), when reranked.")

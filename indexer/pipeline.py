@@ -1,0 +1,229 @@
+"""One ingest job, end to end: read → parse → chunk → embed → upsert, overlapped.
+
+Reading, parsing and tokenizing run in a worker thread, one file ahead of the embedder; whole documents
+are packed into batches of about ``batch_tokens`` tokens, and up to ``inflight_batches`` batches are
+embedded and written concurrently, so the runner always has the next request queued while the previous
+result is being written. A batch that still fails after its retries marks its documents failed (recorded
+per document with the reason); it never takes the job down or leaves a document half-written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+
+from indexer.chunking import Chunker, ChunkText
+from indexer.documents import FileError, ParsedDocument, SourceFile
+from indexer.parsers import ParseError, parse
+from indexer.queue import MAX_ERRORS, DocState, Job, JobCancelled, JobQueue
+from indexer.sources import SourceError, path_files, upload_files
+from indexer.spec import IngestSpec, PathSource, UploadSource, UrlSource, default_source_name
+from service.clients.embeddings import EmbeddingClient
+from service.config import Settings
+from service.documents.writer import content_hash
+from service.errors import RagserveError
+from service.store.qdrant import Chunk, VectorStore
+
+log = logging.getLogger("ragserve.indexer")
+ChunkerFactory = Callable[[int | None, int], Chunker]
+UrlFetcher = Callable[[str], SourceFile | FileError]
+
+
+@dataclass
+class DocWork:
+    doc: ParsedDocument
+    chunks: list[ChunkText]
+    content_hash: str
+
+    @property
+    def tokens(self) -> int:
+        return sum(c.tokens for c in self.chunks)
+
+
+class Pipeline:
+    def __init__(self, store: VectorStore, embedder: EmbeddingClient, queue: JobQueue, settings: Settings,
+                 chunker_factory: ChunkerFactory, url_fetcher: UrlFetcher | None = None) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.queue = queue
+        self.settings = settings
+        self.chunker_factory = chunker_factory
+        self.url_fetcher = url_fetcher
+
+    async def run(self, job: Job, cancelled: asyncio.Event) -> None:
+        spec = IngestSpec.model_validate(job.spec)
+        cfg = self.settings.indexer
+        info = await self.store.get_collection(job.collection)
+        chunker = self.chunker_factory(spec.chunk_tokens or cfg.chunk_tokens,
+                                       cfg.chunk_overlap if spec.chunk_overlap is None else spec.chunk_overlap)
+        source_name = spec.source_name or default_source_name(spec.source)
+        version = (self.embedder.model.name, info.dimensions, chunker.size, chunker.overlap, spec.chunking)
+        finished = await self.queue.finished_documents(job.id)
+        if job.attempts > 1:  # resumed after a crash: count what the earlier run finished, once
+            job.counts.documents_seen = len(finished)
+        stored = await self.store.doc_states(job.collection, source=source_name)
+        seen: set[str] = set(finished)
+        file_failures = 0
+        slots = asyncio.Semaphore(self.settings.indexer.inflight_batches)
+        tasks: set[asyncio.Task[None]] = set()
+        batch: list[DocWork] = []
+        batch_tokens = 0
+
+        async def flush() -> None:
+            nonlocal batch, batch_tokens
+            if not batch:
+                return
+            work, batch, batch_tokens = batch, [], 0
+            await slots.acquire()
+            task = asyncio.create_task(self._write_batch(job, info.dimensions, source_name, work))
+            task.add_done_callback(lambda _t: slots.release())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        try:
+            async for item in _iterate_in_thread(self._documents(spec, chunker, version)):
+                if cancelled.is_set():
+                    raise JobCancelled
+                if isinstance(item, FileError):
+                    file_failures += 1
+                    job.counts.files_failed += 1
+                    self._error(job, item.file, item.error)
+                    continue
+                work = item
+                doc_id = work.doc.doc_id
+                if doc_id in seen:
+                    continue
+                seen.add(doc_id)
+                job.counts.documents_seen += 1
+                state = stored.get(doc_id)
+                if state is not None and state.complete and state.content_hash == work.content_hash:
+                    job.counts.documents_unchanged += 1
+                    await self.queue.mark_documents(job, {doc_id: "unchanged"})
+                    continue
+                if not work.chunks:
+                    job.counts.documents_failed += 1
+                    self._error(job, doc_id, "no text to index")
+                    await self.queue.mark_documents(job, {doc_id: "failed"})
+                    continue
+                batch.append(work)
+                batch_tokens += work.tokens
+                if batch_tokens >= cfg.batch_tokens:
+                    await flush()
+            await flush()
+            job.counts.documents_total = job.counts.documents_seen
+            while tasks:
+                if cancelled.is_set():
+                    raise JobCancelled
+                await asyncio.wait(set(tasks), timeout=0.5)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+        if spec.prune:
+            if file_failures:
+                self._error(job, source_name, f"prune skipped: {file_failures} file(s) could not be read")
+            else:
+                gone = sorted(set(stored) - seen)
+                await self.store.delete_documents(job.collection, gone)
+                job.counts.documents_deleted = len(gone)
+                await self.queue.mark_documents(job, {d: "deleted" for d in gone})
+
+    def _documents(self, spec: IngestSpec, chunker: Chunker, version: tuple[object, ...]) -> Iterator[DocWork | FileError]:
+        """Runs in a thread: read, parse and chunk, one document at a time."""
+        for file in self._files(spec):
+            if isinstance(file, FileError):
+                yield file
+                continue
+            try:
+                docs = parse(file)
+            except ParseError as exc:
+                yield FileError(file.name, str(exc))
+                continue
+            for doc in docs:
+                split = spec.chunking == "tokens" or (spec.chunking == "auto" and doc.chunk)
+                meta = {**doc.metadata, **spec.metadata}
+                doc = ParsedDocument(doc.doc_id, doc.sections, meta, doc.full_text, doc.chunk)
+                chunks = chunker.chunk(doc, split=split)
+                yield DocWork(doc, chunks, content_hash(doc.full_text, meta, *version))
+
+    def _files(self, spec: IngestSpec) -> Iterator[SourceFile | FileError]:
+        max_bytes = self.settings.ingest.max_file_bytes
+        source = spec.source
+        if isinstance(source, PathSource):
+            yield from path_files(source, max_bytes=max_bytes)
+        elif isinstance(source, UploadSource):
+            yield from upload_files(source, max_bytes=max_bytes)
+        elif isinstance(source, UrlSource):
+            if self.url_fetcher is None:
+                raise SourceError("URL sources are not configured on this worker")
+            for url in source.urls:
+                yield self.url_fetcher(url)
+
+    async def _write_batch(self, job: Job, dims: int, source: str, work: list[DocWork]) -> None:
+        cfg = self.settings.indexer
+        texts = [c.text for w in work for c in w.chunks]
+        tokens = [c.tokens for w in work for c in w.chunks]
+        for attempt in range(cfg.batch_attempts):
+            try:
+                started = time.perf_counter()
+                vectors = await self._embed(texts, tokens, dims)
+                job.embed_seconds += time.perf_counter() - started
+                chunks = [
+                    Chunk(w.doc.doc_id, c.chunk_index, c.text, w.doc.metadata, content_hash=w.content_hash,
+                          chunk_count=len(w.chunks), source=source, location=c.location)
+                    for w in work for c in w.chunks
+                ]
+                await self.store.replace_documents(job.collection, chunks, vectors)
+                break
+            except RagserveError as exc:
+                if attempt == cfg.batch_attempts - 1:
+                    log.warning("batch of %d documents failed: %s", len(work), exc.message)
+                    for w in work:
+                        self._error(job, w.doc.doc_id, f"not indexed after {cfg.batch_attempts} tries: {exc.message}")
+                    job.counts.documents_failed += len(work)
+                    await self.queue.mark_documents(job, {w.doc.doc_id: "failed" for w in work})
+                    return
+                await asyncio.sleep(min(0.5 * 2**attempt, 10.0))
+        job.counts.documents_indexed += len(work)
+        job.counts.chunks += len(texts)
+        job.counts.tokens += sum(tokens)
+        done: dict[str, DocState] = {w.doc.doc_id: "indexed" for w in work}
+        await self.queue.mark_documents(job, done)
+
+    async def _embed(self, texts: list[str], tokens: list[int], dims: int) -> list[list[float]]:
+        """One request per ``batch_tokens`` of chunks (a long document may need several), concurrently."""
+        groups: list[list[str]] = [[]]
+        budget = 0
+        for text, n in zip(texts, tokens):
+            if groups[-1] and budget + n > self.settings.indexer.batch_tokens:
+                groups.append([])
+                budget = 0
+            groups[-1].append(text)
+            budget += n
+        results = await asyncio.gather(*(self.embedder.embed_batch(g, dimensions=dims) for g in groups))
+        return [v for r in results for v in r]
+
+    @staticmethod
+    def _error(job: Job, item: str, error: str) -> None:
+        if len(job.errors) < MAX_ERRORS:
+            job.errors.append({"item": item, "error": error})
+
+
+async def _iterate_in_thread(gen: Iterator[DocWork | FileError]) -> AsyncIterator[DocWork | FileError]:
+    """Pull a blocking generator from a thread, one item ahead of the consumer."""
+    sentinel = object()
+    pending = asyncio.ensure_future(asyncio.to_thread(next, gen, sentinel))
+    try:
+        while True:
+            item = await pending
+            if item is sentinel:
+                return
+            pending = asyncio.ensure_future(asyncio.to_thread(next, gen, sentinel))
+            yield item
+    finally:
+        pending.cancel()

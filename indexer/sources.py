@@ -1,0 +1,63 @@
+"""Sources yield files: a server folder or file (glob include/exclude), stored uploads, or URLs."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from indexer.documents import FileError, SourceFile
+from indexer.spec import PathSource, UploadSource
+
+
+class SourceError(Exception):
+    """The source as a whole cannot be read (the job fails; per-file problems are FileErrors instead)."""
+
+
+def _matches(rel: str, patterns: list[str]) -> bool:
+    for pattern in patterns:
+        if fnmatch.fnmatchcase(rel, pattern):
+            return True
+        if pattern.startswith("**/") and fnmatch.fnmatchcase(rel, pattern[3:]):
+            return True
+    return False
+
+
+def under_root(path: Path, roots: list[Path]) -> bool:
+    real = path.resolve()
+    return any(real == r.resolve() or r.resolve() in real.parents for r in roots)
+
+
+def path_files(source: PathSource, *, max_bytes: int) -> Iterator[SourceFile | FileError]:
+    root = Path(source.path)
+    if root.is_file():
+        yield _read(root, root.name, max_bytes)
+        return
+    if not root.is_dir():
+        raise SourceError(f"{source.path!r} is not a file or folder")
+    walker = root.rglob("*") if source.recursive else root.glob("*")
+    for path in sorted(walker):
+        if not path.is_file() or path.is_symlink():
+            continue
+        rel = path.relative_to(root).as_posix()
+        if any(part.startswith(".") for part in rel.split("/")):
+            continue  # hidden files and folders (.git, .DS_Store)
+        if _matches(rel, source.include) and not _matches(rel, source.exclude):
+            yield _read(path, rel, max_bytes)
+
+
+def upload_files(source: UploadSource, *, max_bytes: int) -> Iterator[SourceFile | FileError]:
+    root = Path(source.dir)
+    for rel in source.files:
+        yield _read(root / rel, rel, max_bytes)
+
+
+def _read(path: Path, name: str, max_bytes: int) -> SourceFile | FileError:
+    try:
+        size = os.path.getsize(path)
+        if size > max_bytes:
+            return FileError(name, f"file is {size} bytes; the limit is {max_bytes}")
+        return SourceFile(name, path.read_bytes())
+    except OSError as exc:
+        return FileError(name, f"cannot read: {exc.strerror or exc}")

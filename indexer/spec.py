@@ -1,0 +1,65 @@
+"""What an ingest job is asked to do: the wire model, stored as JSON in the job queue."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class PathSource(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["path"] = "path"
+    path: str = Field(description="A file or folder on the server, under one of RAGSERVE_INGEST__ALLOWED_ROOTS.")
+    include: list[str] = Field(default_factory=lambda: ["**/*"], description="Glob patterns of files to take.")
+    exclude: list[str] = Field(default_factory=list, description="Glob patterns of files to skip.")
+    recursive: bool = True
+
+
+class UrlSource(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["url"] = "url"
+    urls: list[str] = Field(min_length=1, max_length=1000, description="http(s) URLs on allowlisted domains.")
+
+
+class UploadSource(BaseModel):
+    """Files uploaded with the request; the API stores them under the data dir until the job is done."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["upload"] = "upload"
+    dir: str
+    files: list[str]
+
+
+Source = Annotated[PathSource | UrlSource | UploadSource, Field(discriminator="kind")]
+
+
+class IngestOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source_name: str | None = Field(
+        None, max_length=1024,
+        description="Identity of the source for re-syncs (default: the path, the URL list, or 'upload').",
+    )
+    prune: bool = Field(False, description="Delete documents of this source that are no longer in it.")
+    chunking: Literal["auto", "tokens", "none"] = Field(
+        "auto", description="auto: files are chunked, JSONL records are passages; tokens: chunk all; none: one chunk each."
+    )
+    chunk_tokens: int | None = Field(None, ge=8, description="Tokens per chunk (capped at the model's window).")
+    chunk_overlap: int | None = Field(None, ge=0)
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Added to every document's metadata.")
+
+
+class IngestSpec(IngestOptions):
+    source: Source
+
+
+def default_source_name(source: PathSource | UrlSource | UploadSource) -> str:
+    if isinstance(source, PathSource):
+        return f"path:{source.path}"
+    if isinstance(source, UrlSource):
+        return "urls:" + ",".join(sorted(source.urls))[:900]
+    return "upload"

@@ -1,0 +1,83 @@
+"""The worker: claims jobs from the queue and runs the pipeline, heartbeating its lease.
+
+A worker killed mid-job (even with SIGKILL) stops heartbeating; once the lease runs out, the next worker
+to start (or the same one restarted) claims the job again and resumes: documents the dead worker had
+finished are skipped, the rest are (re)written with the same point ids, so every document ends up indexed
+exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from contextlib import suppress
+
+from indexer.chunking import Chunker
+from indexer.pipeline import Pipeline
+from indexer.queue import Job, JobCancelled, JobQueue
+from indexer.sources import SourceError
+from indexer.tokenizer import load_tokenizer, tokenizer_source
+from service.clients.embeddings import EmbeddingClient
+from service.config import Settings
+from service.errors import RagserveError
+from service.store.qdrant import VectorStore
+
+log = logging.getLogger("ragserve.worker")
+
+
+class Worker:
+    def __init__(self, queue: JobQueue, store: VectorStore, embedder: EmbeddingClient, settings: Settings) -> None:
+        self.queue = queue
+        self.settings = settings
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        tokenizer = load_tokenizer(tokenizer_source(settings))
+
+        def chunker(size: int | None, overlap: int) -> Chunker:
+            return Chunker(tokenizer, window=embedder.truncate_tokens, size=size, overlap=overlap)
+
+        self.pipeline = Pipeline(store, embedder, queue, settings, chunker)
+
+    async def run_forever(self, stop: asyncio.Event) -> None:
+        log.info("worker %s polling %s", self.id, type(self.queue).__name__)
+        while not stop.is_set():
+            if not await self.run_once():
+                with suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.settings.indexer.poll_s)
+
+    async def run_once(self) -> bool:
+        """Claim and run one job; False when there was none."""
+        lease = self.settings.indexer.lease_s
+        job = await self.queue.claim(self.id, lease)
+        if job is None:
+            return False
+        log.info("job %s: %s into %s (attempt %d)", job.id, job.spec.get("source", {}).get("kind"),
+                 job.collection, job.attempts)
+        cancelled = asyncio.Event()
+        beat = asyncio.create_task(self._heartbeat(job, lease, cancelled))
+        try:
+            await self.pipeline.run(job, cancelled)
+        except JobCancelled:
+            await self.queue.finish(job, "cancelled", "cancelled on request")
+        except (RagserveError, SourceError) as exc:
+            await self.queue.finish(job, "failed", getattr(exc, "message", str(exc)))
+        except asyncio.CancelledError:
+            raise  # the worker is shutting down: the lease runs out and another run resumes the job
+        except Exception as exc:  # noqa: BLE001 - a bug must fail the job visibly, not kill the worker
+            log.exception("job %s crashed", job.id)
+            await self.queue.finish(job, "failed", f"internal error: {type(exc).__name__}")
+        else:
+            await self.queue.finish(job, "succeeded")
+        finally:
+            beat.cancel()
+            with suppress(asyncio.CancelledError):
+                await beat
+        return True
+
+    async def _heartbeat(self, job: Job, lease: float, cancelled: asyncio.Event) -> None:
+        while True:
+            await asyncio.sleep(min(lease / 3, 5.0))
+            if await self.queue.heartbeat(job.id, self.id, lease):
+                cancelled.set()

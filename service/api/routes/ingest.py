@@ -1,0 +1,139 @@
+"""Ingest jobs: submit (a server path, URLs, or uploaded files), follow, cancel."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from fastapi import APIRouter, Request, status
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+
+from indexer.sources import under_root
+from indexer.spec import IngestOptions, IngestSpec, PathSource, UploadSource, UrlSource
+from service.api.deps import ApiKey, ServicesDep
+from service.api.routes.collections import CollectionName
+from service.api.schemas.errors import ERROR_RESPONSES
+from service.api.schemas.jobs import IngestRequest, JobList, JobOut
+from service.api.state import Services
+from service.errors import Forbidden, InvalidInput, NotFound, PayloadTooLarge
+from service.security.allowlist import host_allowed
+
+router = APIRouter(tags=["ingest"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
+
+MULTIPART_DOC = {
+    "requestBody": {"content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/IngestRequest"}},
+        "multipart/form-data": {"schema": {"type": "object", "properties": {
+            "files": {"type": "array", "items": {"type": "string", "format": "binary"},
+                      "description": "Files; each filename may be a relative path (kept as the document id)."},
+            "options": {"type": "string", "description": "JSON of IngestOptions (source_name, prune, chunking...)."},
+        }}},
+    }, "required": True},
+}
+
+
+@router.post("/v1/collections/{name}/ingest", status_code=status.HTTP_202_ACCEPTED, openapi_extra=MULTIPART_DOC,
+             summary="Submit an ingest job; answers at once with its id")
+async def ingest(request: Request, services: ServicesDep, name: str = CollectionName) -> JobOut:
+    await services.store.get_collection(name)  # 404 before anything is stored
+    job_id = uuid.uuid4().hex
+    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        spec = await _uploads(request, services, job_id)
+    else:
+        spec = _json_spec(await _json_body(request), services)
+    job = await services.jobs.submit(name, spec.model_dump(mode="json"), job_id=job_id)
+    return JobOut.of(job)
+
+
+@router.get("/v1/jobs", summary="Recent jobs")
+async def list_jobs(services: ServicesDep, limit: int = 50) -> JobList:
+    return JobList(jobs=[JobOut.of(j) for j in await services.jobs.list(limit=min(max(limit, 1), 500))])
+
+
+@router.get("/v1/jobs/{job_id}", summary="A job's state, counts, errors and progress")
+async def get_job(job_id: str, services: ServicesDep) -> JobOut:
+    job = await services.jobs.get(job_id)
+    if job is None:
+        raise NotFound(f"job {job_id!r} does not exist", code="job_not_found", param="job_id")
+    return JobOut.of(job)
+
+
+@router.delete("/v1/jobs/{job_id}", status_code=status.HTTP_202_ACCEPTED, summary="Cancel a job")
+async def cancel_job(job_id: str, services: ServicesDep) -> JobOut:
+    job = await services.jobs.cancel(job_id)
+    if job is None:
+        raise NotFound(f"job {job_id!r} does not exist", code="job_not_found", param="job_id")
+    return JobOut.of(job)
+
+
+async def _json_body(request: Request) -> Any:
+    try:
+        return json.loads(await request.body())
+    except ValueError as exc:
+        raise InvalidInput("the request body is not valid JSON", code="invalid_json") from exc
+
+
+def _json_spec(body: Any, services: Services) -> IngestSpec:
+    try:
+        req = IngestRequest.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise InvalidInput(f"{loc}: {first['msg']}", code="validation_error", param=loc or None) from exc
+    ingest = services.settings.ingest
+    if isinstance(req.source, PathSource):
+        path = Path(req.source.path)
+        if not path.is_absolute() or not under_root(path, ingest.allowed_roots):
+            raise Forbidden(f"path {req.source.path!r} is not under an allowed root (RAGSERVE_INGEST__ALLOWED_ROOTS)",
+                            code="path_not_allowed", param="source.path")
+        if not path.exists():
+            raise InvalidInput(f"path {req.source.path!r} does not exist", code="path_not_found", param="source.path")
+        req.source.path = str(path.resolve())
+    elif isinstance(req.source, UrlSource):
+        for url in req.source.urls:
+            if not host_allowed(url, ingest.url_allowlist):
+                raise Forbidden(f"URL {url!r} is not http(s) on an allowlisted domain (RAGSERVE_INGEST__URL_ALLOWLIST)",
+                                code="url_not_allowed", param="source.urls")
+    return IngestSpec(**req.model_dump(exclude={"source"}), source=req.source)
+
+
+def _safe_name(filename: str) -> str:
+    name = PurePosixPath(filename.replace("\\", "/").lstrip("/"))
+    if not filename or "\x00" in filename or any(p in ("..", "") for p in name.parts) or not name.parts:
+        raise InvalidInput(f"bad upload file name {filename!r}", code="bad_filename", param="files")
+    return name.as_posix()
+
+
+async def _uploads(request: Request, services: Services, job_id: str) -> IngestSpec:
+    limits, ingest = services.settings.limits, services.settings.ingest
+    form = await request.form(max_files=limits.max_upload_files, max_fields=16)
+    try:
+        options = IngestOptions.model_validate_json(str(form.get("options") or "{}"))
+    except ValidationError as exc:
+        raise InvalidInput(f"options: {exc.errors()[0]['msg']}", code="validation_error", param="options") from exc
+    files = [f for f in form.getlist("files") if isinstance(f, UploadFile)]
+    if not files:
+        raise InvalidInput("no files uploaded (multipart field 'files')", code="no_files", param="files")
+    names = [_safe_name(f.filename or "") for f in files]
+    if len(set(names)) != len(names):
+        raise InvalidInput("two uploaded files have the same name", code="duplicate_filename", param="files")
+    for f in files:
+        if f.size is not None and f.size > ingest.max_file_bytes:
+            raise PayloadTooLarge(f"{f.filename}: over {ingest.max_file_bytes} bytes", code="file_too_large",
+                                  param="files")
+    target = services.settings.uploads_dir / job_id
+    try:
+        for f, rel in zip(files, names):
+            path = target / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as out:
+                await f.seek(0)
+                shutil.copyfileobj(f.file, out, length=1 << 20)
+    except OSError:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+    return IngestSpec(**options.model_dump(), source=UploadSource(dir=str(target), files=names))

@@ -1,0 +1,1 @@
+"""Security helpers shared by the API and the indexer (allowlists, safe fetching)."""
