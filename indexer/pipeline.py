@@ -14,13 +14,14 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from indexer.chunking import Chunker, ChunkText
 from indexer.documents import FileError, ParsedDocument, SourceFile
 from indexer.parsers import ParseError, parse
 from indexer.queue import MAX_ERRORS, DocState, Job, JobCancelled, JobQueue
-from indexer.sources import SourceError, path_files, upload_files
-from indexer.spec import IngestSpec, PathSource, UploadSource, UrlSource, default_source_name
+from indexer.sources import SourceError, path_entries, read_file
+from indexer.spec import IngestSpec, PathSource, UploadSource, default_source_name
 from service.clients.embeddings import EmbeddingClient
 from service.config import Settings
 from service.documents.writer import content_hash
@@ -30,6 +31,13 @@ from service.store.qdrant import Chunk, VectorStore
 log = logging.getLogger("ragserve.indexer")
 ChunkerFactory = Callable[[int | None, int], Chunker]
 UrlFetcher = Callable[[str], SourceFile | FileError]
+
+
+@dataclass(frozen=True)
+class Expect:
+    """A change to the expected number of documents (files listed, records found in a file)."""
+
+    delta: int
 
 
 @dataclass
@@ -87,6 +95,9 @@ class Pipeline:
             async for item in _iterate_in_thread(self._documents(spec, chunker, version)):
                 if cancelled.is_set():
                     raise JobCancelled
+                if isinstance(item, Expect):
+                    job.counts.documents_total = max((job.counts.documents_total or 0) + item.delta, 0)
+                    continue
                 if isinstance(item, FileError):
                     file_failures += 1
                     job.counts.files_failed += 1
@@ -133,17 +144,24 @@ class Pipeline:
                 job.counts.documents_deleted = len(gone)
                 await self.queue.mark_documents(job, {d: "deleted" for d in gone})
 
-    def _documents(self, spec: IngestSpec, chunker: Chunker, version: tuple[object, ...]) -> Iterator[DocWork | FileError]:
+    def _documents(
+        self, spec: IngestSpec, chunker: Chunker, version: tuple[object, ...]
+    ) -> Iterator[DocWork | FileError | Expect]:
         """Runs in a thread: read, parse and chunk, one document at a time."""
-        for file in self._files(spec):
+        files, count = self._files(spec)
+        yield Expect(count)
+        for file in files:
             if isinstance(file, FileError):
+                yield Expect(-1)
                 yield file
                 continue
             try:
                 docs = parse(file)
             except ParseError as exc:
+                yield Expect(-1)
                 yield FileError(file.name, str(exc))
                 continue
+            yield Expect(len(docs) - 1)
             for doc in docs:
                 split = spec.chunking == "tokens" or (spec.chunking == "auto" and doc.chunk)
                 meta = {**doc.metadata, **spec.metadata}
@@ -151,18 +169,20 @@ class Pipeline:
                 chunks = chunker.chunk(doc, split=split)
                 yield DocWork(doc, chunks, content_hash(doc.full_text, meta, *version))
 
-    def _files(self, spec: IngestSpec) -> Iterator[SourceFile | FileError]:
+    def _files(self, spec: IngestSpec) -> tuple[Iterator[SourceFile | FileError], int]:
+        """The source's files, read lazily, and how many there are."""
         max_bytes = self.settings.ingest.max_file_bytes
         source = spec.source
         if isinstance(source, PathSource):
-            yield from path_files(source, max_bytes=max_bytes)
-        elif isinstance(source, UploadSource):
-            yield from upload_files(source, max_bytes=max_bytes)
-        elif isinstance(source, UrlSource):
-            if self.url_fetcher is None:
-                raise SourceError("URL sources are not configured on this worker")
-            for url in source.urls:
-                yield self.url_fetcher(url)
+            entries = path_entries(source)
+            return (read_file(path, name, max_bytes) for path, name in entries), len(entries)
+        if isinstance(source, UploadSource):
+            root = Path(source.dir)
+            return (read_file(root / name, name, max_bytes) for name in source.files), len(source.files)
+        if self.url_fetcher is None:
+            raise SourceError("URL sources are not configured on this worker")
+        fetch = self.url_fetcher
+        return (fetch(url) for url in source.urls), len(source.urls)
 
     async def _write_batch(self, job: Job, dims: int, source: str, work: list[DocWork]) -> None:
         cfg = self.settings.indexer
@@ -214,7 +234,7 @@ class Pipeline:
             job.errors.append({"item": item, "error": error})
 
 
-async def _iterate_in_thread(gen: Iterator[DocWork | FileError]) -> AsyncIterator[DocWork | FileError]:
+async def _iterate_in_thread(gen: Iterator[DocWork | FileError | Expect]) -> AsyncIterator[DocWork | FileError | Expect]:
     """Pull a blocking generator from a thread, one item ahead of the consumer."""
     sentinel = object()
     pending = asyncio.ensure_future(asyncio.to_thread(next, gen, sentinel))

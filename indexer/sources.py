@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from indexer.documents import FileError, SourceFile
-from indexer.spec import PathSource, UploadSource
+from indexer.spec import PathSource
 
 
 class SourceError(Exception):
@@ -29,14 +29,15 @@ def under_root(path: Path, roots: list[Path]) -> bool:
     return any(real == r.resolve() or r.resolve() in real.parents for r in roots)
 
 
-def path_files(source: PathSource, *, max_bytes: int) -> Iterator[SourceFile | FileError]:
+def path_entries(source: PathSource) -> list[tuple[Path, str]]:
+    """Files of a path source with their names (the path relative to the root), sorted, unread."""
     root = Path(source.path)
     if root.is_file():
-        yield _read(root, root.name, max_bytes)
-        return
+        return [(root, root.name)]
     if not root.is_dir():
         raise SourceError(f"{source.path!r} is not a file or folder")
     walker = root.rglob("*") if source.recursive else root.glob("*")
+    entries = []
     for path in sorted(walker):
         if not path.is_file() or path.is_symlink():
             continue
@@ -44,16 +45,16 @@ def path_files(source: PathSource, *, max_bytes: int) -> Iterator[SourceFile | F
         if any(part.startswith(".") for part in rel.split("/")):
             continue  # hidden files and folders (.git, .DS_Store)
         if _matches(rel, source.include) and not _matches(rel, source.exclude):
-            yield _read(path, rel, max_bytes)
+            entries.append((path, rel))
+    return entries
 
 
-def upload_files(source: UploadSource, *, max_bytes: int) -> Iterator[SourceFile | FileError]:
-    root = Path(source.dir)
-    for rel in source.files:
-        yield _read(root / rel, rel, max_bytes)
+def path_files(source: PathSource, *, max_bytes: int) -> Iterator[SourceFile | FileError]:
+    for path, name in path_entries(source):
+        yield read_file(path, name, max_bytes)
 
 
-def _read(path: Path, name: str, max_bytes: int) -> SourceFile | FileError:
+def read_file(path: Path, name: str, max_bytes: int) -> SourceFile | FileError:
     try:
         size = os.path.getsize(path)
         if size > max_bytes:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import socket
 import uuid
 from contextlib import suppress
+from pathlib import Path
 
 from indexer.chunking import Chunker
 from indexer.pipeline import Pipeline
@@ -74,7 +76,16 @@ class Worker:
             beat.cancel()
             with suppress(asyncio.CancelledError):
                 await beat
+        self._drop_uploads(job)
         return True
+
+    def _drop_uploads(self, job: Job) -> None:
+        """Uploaded files are only needed until their job ends (their text is in the store by then)."""
+        source = job.spec.get("source", {})
+        if source.get("kind") == "upload":
+            upload_dir = Path(source["dir"]).resolve()
+            if self.settings.uploads_dir.resolve() in upload_dir.parents:
+                shutil.rmtree(upload_dir, ignore_errors=True)
 
     async def _heartbeat(self, job: Job, lease: float, cancelled: asyncio.Event) -> None:
         while True:

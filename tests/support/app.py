@@ -19,8 +19,9 @@ async def app_client(
     *,
     transports: Mapping[str, httpx.AsyncBaseTransport] | None = None,
     api_key: str | None = API_KEY,
+    with_worker: bool = False,
 ) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings, transports=transports)
+    app = create_app(settings, transports=transports, with_worker=with_worker)
     async with app.router.lifespan_context(app) as state:
 
         async def asgi(scope, receive, send):  # type: ignore[no-untyped-def]
@@ -32,3 +33,19 @@ async def app_client(
             transport=httpx.ASGITransport(app=asgi), base_url="http://ragserve.test", headers=headers, timeout=120
         ) as client:
             yield client
+
+
+async def wait_for_job(client: httpx.AsyncClient, job_id: str, timeout_s: float = 300) -> dict:  # type: ignore[type-arg]
+    """Poll a job until it ends; its final JSON."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = await client.get(f"/v1/jobs/{job_id}")
+        assert r.status_code == 200, r.text
+        job = r.json()
+        if job["state"] in ("succeeded", "failed", "cancelled"):
+            return job  # type: ignore[no-any-return]
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"job {job_id} did not finish in {timeout_s}s")

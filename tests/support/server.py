@@ -11,9 +11,9 @@ from tests.support.runners import free_port
 
 
 @contextmanager
-def live_server(settings: Settings) -> Iterator[str]:
+def live_server(settings: Settings, *, with_worker: bool = False) -> Iterator[str]:
     settings.port = free_port()
-    server = BackgroundServer(settings)
+    server = BackgroundServer(settings, with_worker=with_worker)
     server.start()
     try:
         yield f"http://{settings.host}:{settings.port}"

@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, status
 from pydantic import ValidationError
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 
 from indexer.sources import under_root
 from indexer.spec import IngestOptions, IngestSpec, PathSource, UploadSource, UrlSource
@@ -19,7 +19,7 @@ from service.api.routes.collections import CollectionName
 from service.api.schemas.errors import ERROR_RESPONSES
 from service.api.schemas.jobs import IngestRequest, JobList, JobOut
 from service.api.state import Services
-from service.errors import Forbidden, InvalidInput, NotFound, PayloadTooLarge
+from service.errors import BadRequest, Forbidden, InvalidInput, NotFound, PayloadTooLarge
 from service.security.allowlist import host_allowed
 
 router = APIRouter(tags=["ingest"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
@@ -74,7 +74,7 @@ async def _json_body(request: Request) -> Any:
     try:
         return json.loads(await request.body())
     except ValueError as exc:
-        raise InvalidInput("the request body is not valid JSON", code="invalid_json") from exc
+        raise BadRequest("the request body is not valid JSON", code="invalid_json") from exc
 
 
 def _json_spec(body: Any, services: Services) -> IngestSpec:
@@ -109,8 +109,13 @@ def _safe_name(filename: str) -> str:
 
 
 async def _uploads(request: Request, services: Services, job_id: str) -> IngestSpec:
-    limits, ingest = services.settings.limits, services.settings.ingest
-    form = await request.form(max_files=limits.max_upload_files, max_fields=16)
+    limits = services.settings.limits
+    async with request.form(max_files=limits.max_upload_files, max_fields=16) as form:
+        return await _store_uploads(form, services, job_id)
+
+
+async def _store_uploads(form: FormData, services: Services, job_id: str) -> IngestSpec:
+    ingest = services.settings.ingest
     try:
         options = IngestOptions.model_validate_json(str(form.get("options") or "{}"))
     except ValidationError as exc:

@@ -1,0 +1,212 @@
+"""Ingest jobs through the API with the in-process worker, real MiniLM runner and Qdrant local mode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.config import Settings
+from tests.support.app import app_client, wait_for_job
+from tests.support.pdf import make_pdf
+from tests.support.recording import RecordingTransport
+
+FILES: dict[str, bytes] = {
+    "guide.md": b"# Guide\nHow to use the service.\n\n## Install\nInstall ragserve with pip and start the runners.\n",
+    "notes/owls.txt": b"Owls are nocturnal birds of prey with silent flight.",
+    "page.html": (b"<html><head><title>Herons</title></head><body><nav>Home | Menu item</nav><article><h1>Herons</h1>"
+                  b"<p>The grey heron is a long-legged wading bird that hunts fish in shallow water.</p></article>"
+                  b"<footer>Copyright notice</footer></body></html>"),
+    "report.pdf": make_pdf(["Quarterly report page one: revenue grew.", "Page two: costs fell sharply."]),
+    "corpus.jsonl": b'{"_id": "r1", "title": "Record", "text": "A record about volcanoes."}\n'
+                    b'{"_id": "r2", "text": "A record about glaciers."}\n',
+}
+
+
+def _write(root: Path, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+
+
+def _embed_calls(recorder: RecordingTransport) -> int:
+    return sum(1 for sent, _ in recorder.exchanges if "input" in sent)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    root = tmp_path / "docs"
+    _write(root, FILES)
+    return root
+
+
+@pytest.fixture
+def settings(minilm_settings: Settings, folder: Path) -> Settings:
+    minilm_settings.ingest.allowed_roots = [folder.parent]
+    minilm_settings.indexer.poll_s = 0.05
+    return minilm_settings
+
+
+async def _ingest_path(client: httpx.AsyncClient, folder: Path, **options: object) -> dict:  # type: ignore[type-arg]
+    r = await client.post("/v1/collections/docs/ingest", json={"source": {"kind": "path", "path": str(folder)}, **options})
+    assert r.status_code == 202, r.text
+    assert r.json()["state"] == "queued"
+    return await wait_for_job(client, r.json()["id"])
+
+
+async def _search(client: httpx.AsyncClient, query: str, **kw: object) -> list[dict]:  # type: ignore[type-arg]
+    r = await client.post("/v1/search", json={"collection": "docs", "query": query, "top_k": 20, **kw})
+    assert r.status_code == 200, r.text
+    return r.json()["hits"]  # type: ignore[no-any-return]
+
+
+async def test_every_format_is_indexed_and_searchable(settings: Settings, folder: Path) -> None:
+    async with app_client(settings, with_worker=True) as client:
+        await client.post("/v1/collections", json={"name": "docs"})
+        job = await _ingest_path(client, folder)
+        hits = {h["doc_id"]: h for h in await _search(client, "wading bird hunting fish")}
+        pdf_hits = [h for h in await _search(client, "costs fell", filter={"doc_id": "report.pdf"})]
+    assert job["state"] == "succeeded", job
+    c = job["counts"]
+    assert (c["documents_seen"], c["documents_indexed"], c["documents_failed"], c["files_failed"]) == (6, 6, 0, 0)
+    assert c["documents_total"] == 6 and job["progress"]["fraction"] == 1.0 and c["tokens"] > 0
+    assert set(hits) == {"guide.md", "notes/owls.txt", "page.html", "report.pdf", "r1", "r2"}
+    assert next(iter(hits)) == "page.html"
+    assert "Menu item" not in hits["page.html"]["text"] and "Copyright" not in hits["page.html"]["text"]
+    assert hits["page.html"]["location"]["headings"] == ["Herons"]
+    assert {h["location"]["page"] for h in pdf_hits} == {1, 2}
+    guide = hits["guide.md"]
+    src = FILES["guide.md"]
+    loc = guide["location"]
+    assert src[loc["byte_start"]:loc["byte_end"]].decode() == guide["text"]
+
+
+async def test_reindexing_an_unchanged_folder_embeds_nothing(settings: Settings, folder: Path) -> None:
+    recorder = RecordingTransport()
+    async with app_client(settings, with_worker=True, transports={"embedding": recorder}) as client:
+        await client.post("/v1/collections", json={"name": "docs"})
+        first = await _ingest_path(client, folder)
+        calls_after_first = _embed_calls(recorder)
+        points = (await client.get("/v1/collections/docs")).json()["points"]
+        second = await _ingest_path(client, folder)
+        points_again = (await client.get("/v1/collections/docs")).json()["points"]
+    assert first["counts"]["documents_indexed"] == 6 and calls_after_first > 0
+    assert _embed_calls(recorder) == calls_after_first  # zero embedding calls the second time
+    assert second["counts"]["documents_unchanged"] == 6 and second["counts"]["documents_indexed"] == 0
+    assert points == points_again
+
+
+async def test_changed_file_replaces_its_chunks_and_resync_prunes_deleted(settings: Settings, folder: Path) -> None:
+    long_md = "# Long\n" + " ".join(f"alpha{i}" for i in range(600)) + "\n"
+    (folder / "long.md").write_text(long_md)
+    async with app_client(settings, with_worker=True) as client:
+        await client.post("/v1/collections", json={"name": "docs"})
+        await _ingest_path(client, folder)
+        long_before = await _search(client, "alpha", filter={"doc_id": "long.md"})
+        (folder / "long.md").write_text("# Long\nNow a short text about penguins.\n")
+        (folder / "notes" / "owls.txt").unlink()
+        kept = await _ingest_path(client, folder)  # without prune: the deleted file's document stays
+        owls_kept = await _search(client, "owls", filter={"doc_id": "notes/owls.txt"})
+        pruned = await _ingest_path(client, folder, prune=True)
+        long_after = await _search(client, "penguins", filter={"doc_id": "long.md"})
+        owls_after = await _search(client, "owls", filter={"doc_id": "notes/owls.txt"})
+        total = (await client.get("/v1/collections/docs")).json()["points"]
+    assert len(long_before) > 1  # the long file was chunked
+    assert kept["counts"]["documents_indexed"] == 1 and kept["counts"]["documents_deleted"] == 0 and owls_kept
+    assert [h["text"] for h in long_after] == ["Now a short text about penguins."]
+    assert pruned["counts"]["documents_deleted"] == 1 and owls_after == []
+    # guide.md: 2 sections, page.html: 1, report.pdf: 2 pages, r1 and r2: 1 each, long.md: now 1; owls gone
+    assert total == 8
+
+
+async def test_corrupt_pdf_and_invalid_utf8_are_reported_per_file(settings: Settings, folder: Path) -> None:
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.7\nthis is not a pdf")
+    (folder / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    (folder / "picture.png").write_bytes(b"\x89PNG\r\n\x1a\n....")
+    async with app_client(settings, with_worker=True) as client:
+        await client.post("/v1/collections", json={"name": "docs"})
+        job = await _ingest_path(client, folder)
+    assert job["state"] == "succeeded"
+    assert job["counts"]["documents_indexed"] == 6 and job["counts"]["files_failed"] == 3
+    errors = {e["item"]: e["error"] for e in job["errors"]}
+    assert "pdf" in errors["broken.pdf"]
+    assert "not valid UTF-8" in errors["latin1.txt"]
+    assert "unsupported" in errors["picture.png"]
+
+
+async def test_uploads_multipart(settings: Settings) -> None:
+    files = [("files", ("a/one.md", b"# One\nFirst uploaded file.", "text/markdown")),
+             ("files", ("two.txt", b"Second uploaded file.", "text/plain"))]
+    async with app_client(settings, with_worker=True) as client:
+        await client.post("/v1/collections", json={"name": "docs"})
+        r = await client.post("/v1/collections/docs/ingest", files=files,
+                              data={"options": json.dumps({"source_name": "my-upload", "metadata": {"team": "x"}})})
+        assert r.status_code == 202, r.text
+        job = await wait_for_job(client, r.json()["id"])
+        hits = await _search(client, "uploaded file", filter={"team": "x"})
+    assert job["state"] == "succeeded" and job["counts"]["documents_indexed"] == 2
+    assert {h["doc_id"] for h in hits} == {"a/one.md", "two.txt"}
+    assert not (settings.uploads_dir / job["id"]).exists()  # uploads are dropped once the job ends
+
+
+async def test_cancel_a_running_job(settings: Settings, tmp_path: Path) -> None:
+    big = tmp_path / "docs" / "many"
+    _write(big, {f"f{i:04}.txt": f"document number {i} about topic {i % 17}".encode() for i in range(1500)})
+    settings.indexer.batch_tokens = 64
+    settings.indexer.inflight_batches = 1
+    async with app_client(settings, with_worker=True) as client:
+        await client.post("/v1/collections", json={"name": "docs"})
+        r = await client.post("/v1/collections/docs/ingest", json={"source": {"kind": "path", "path": str(big)}})
+        job_id = r.json()["id"]
+        while (await client.get(f"/v1/jobs/{job_id}")).json()["counts"]["documents_indexed"] == 0:
+            await asyncio.sleep(0.05)
+        cancel = await client.delete(f"/v1/jobs/{job_id}")
+        job = await wait_for_job(client, job_id)
+        points = (await client.get("/v1/collections/docs")).json()["points"]
+    assert cancel.status_code == 202 and cancel.json()["cancel_requested"]
+    assert job["state"] == "cancelled"
+    assert 0 < job["counts"]["documents_indexed"] < 1500
+    assert points >= job["counts"]["documents_indexed"] and points < 1500
+
+
+BAD = [
+    ("unknown collection", "/v1/collections/nope/ingest", {"source": {"kind": "path", "path": "/tmp"}}, 404, "collection_not_found"),
+    ("path outside allowed roots", "/v1/collections/docs/ingest", {"source": {"kind": "path", "path": "/etc"}}, 403, "path_not_allowed"),
+    ("relative path", "/v1/collections/docs/ingest", {"source": {"kind": "path", "path": "docs"}}, 403, "path_not_allowed"),
+    ("url not allowlisted", "/v1/collections/docs/ingest", {"source": {"kind": "url", "urls": ["https://example.com/a"]}}, 403, "url_not_allowed"),
+    ("file scheme", "/v1/collections/docs/ingest", {"source": {"kind": "url", "urls": ["file:///etc/passwd"]}}, 403, "url_not_allowed"),
+    ("unknown kind", "/v1/collections/docs/ingest", {"source": {"kind": "ftp"}}, 422, "validation_error"),
+    ("unknown option", "/v1/collections/docs/ingest", {"source": {"kind": "path", "path": "/tmp"}, "bogus": 1}, 422, "validation_error"),
+]
+
+
+@pytest.mark.parametrize(("label", "path", "body", "status", "code"), BAD, ids=[b[0] for b in BAD])
+async def test_bad_ingest_requests(settings: Settings, label: str, path: str, body: dict, status: int, code: str) -> None:
+    async with app_client(settings) as client:
+        await client.post("/v1/collections", json={"name": "docs"})
+        r = await client.post(path, json=body)
+        jobs = (await client.get("/v1/jobs")).json()["jobs"]
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["code"] == code
+    assert jobs == []
+
+
+async def test_bad_uploads_and_unknown_job(settings: Settings) -> None:
+    async with app_client(settings) as client:
+        await client.post("/v1/collections", json={"name": "docs"})
+        traversal = await client.post("/v1/collections/docs/ingest", files=[("files", ("../evil.txt", b"x", "text/plain"))])
+        none = await client.post("/v1/collections/docs/ingest", data={"options": "{}"}, files=[("other", ("a.txt", b"x"))])
+        bad_opts = await client.post("/v1/collections/docs/ingest", files=[("files", ("a.txt", b"x"))], data={"options": "{nope"})
+        missing = await client.get("/v1/jobs/does-not-exist")
+        cancel_missing = await client.delete("/v1/jobs/does-not-exist")
+        invalid_json = await client.post("/v1/collections/docs/ingest", content=b"{", headers={"content-type": "application/json"})
+    assert traversal.status_code == 422 and traversal.json()["error"]["code"] == "bad_filename"
+    assert none.status_code == 422 and none.json()["error"]["code"] == "no_files"
+    assert bad_opts.status_code == 422
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "job_not_found"
+    assert cancel_missing.status_code == 404
+    assert invalid_json.status_code == 400 and invalid_json.json()["error"]["code"] == "invalid_json"
+    assert not list(settings.uploads_dir.glob("*/evil.txt")) and not (settings.data_dir / "evil.txt").exists()
