@@ -18,22 +18,21 @@ from service.server import BackgroundServer, ensure_api_key
 SAMPLE_QUERY = "How do plants turn sunlight into energy?"
 
 
-def sample_documents() -> list[dict[str, Any]]:
-    text = (resources.files("service.demo") / "sample.jsonl").read_text(encoding="utf-8")
-    docs = []
-    for line in text.splitlines():
-        row = json.loads(line)
-        docs.append({"id": row["_id"], "text": f"{row['title']} {row['text']}", "metadata": {"title": row["title"]}})
-    return docs
-
-
 def index_and_query(base_url: str, key: str, collection: str, query: str) -> dict[str, Any]:
+    """Index the sample through an ingest job (upload → worker → Qdrant), then query it."""
+    from indexer import cli as icli
+
+    sample = (resources.files("service.demo") / "sample.jsonl").read_bytes()
     with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
         if client.get(f"/v1/collections/{collection}").status_code == 404:
             client.post("/v1/collections", json={"name": collection}).raise_for_status()
-        r = client.post(f"/v1/collections/{collection}/documents", json={"documents": sample_documents()})
+        r = client.post(f"/v1/collections/{collection}/ingest", files=[("files", ("sample.jsonl", sample))],
+                        data={"options": json.dumps({"source_name": "demo-sample"})})
         r.raise_for_status()
-        print(f"indexed {r.json()['upserted']} documents into '{collection}'")
+        job = icli.follow(client, r.json()["id"], quiet=True, poll_s=0.2)
+        c = job["counts"]
+        print(f"indexed {c['documents_indexed'] + c['documents_unchanged']} documents into '{collection}' "
+              f"(job {job['state']})")
         r = client.post("/v1/search", json={"collection": collection, "query": query, "top_k": 3})
         r.raise_for_status()
         result: dict[str, Any] = r.json()
@@ -49,7 +48,7 @@ def run_demo(settings: Settings, *, collection: str = "sample", query: str = SAM
     with running(specs, log_dir=Path(settings.data_dir) / "logs", timeout_s=settings.runners.startup_timeout_s):
         for s in specs:
             print(f"  {s.name} runner: {s.url} ({s.served_name})")
-        server = BackgroundServer(settings)
+        server = BackgroundServer(settings, with_worker=True)
         server.start()
         base_url = f"http://{settings.host}:{settings.port}"
         try:

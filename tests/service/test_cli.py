@@ -35,8 +35,12 @@ def test_serve_generates_and_prints_a_key(runners: RunnerURLs, tmp_path: Path) -
     env = {**os.environ, "RAGSERVE_PROFILE": "minilm", "RAGSERVE_RUNNERS__EMBED_URL": runners.minilm_embed,
            "RAGSERVE_DATA_DIR": str(tmp_path), "RAGSERVE_PORT": str(port), "PYTHONUNBUFFERED": "1"}
     env.pop("RAGSERVE_API_KEYS", None)
-    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+        _serve_checks(proc, port)
+
+
+def _serve_checks(proc: subprocess.Popen[str], port: int) -> None:
     try:
         m, _ = _wait_for_line(proc, r"Generated API key \(development only\): (\S+)", 60)
         key = m.group(1)
