@@ -24,9 +24,9 @@ from indexer.sources import SourceError, path_entries, read_file
 from indexer.spec import IngestSpec, PathSource, UploadSource, default_source_name
 from service.clients.embeddings import EmbeddingClient
 from service.config import Settings
-from service.documents.writer import content_hash
+from service.documents.writer import content_hash, sparse_vectors
 from service.errors import RagserveError
-from service.store.qdrant import Chunk, VectorStore
+from service.store.qdrant import Chunk, CollectionInfo, VectorStore
 
 log = logging.getLogger("ragserve.indexer")
 ChunkerFactory = Callable[[int | None, int], Chunker]
@@ -86,7 +86,7 @@ class Pipeline:
                 return
             work, batch, batch_tokens = batch, [], 0
             await slots.acquire()
-            task = asyncio.create_task(self._write_batch(job, info.dimensions, source_name, work))
+            task = asyncio.create_task(self._write_batch(job, info, source_name, work))
             task.add_done_callback(lambda _t: slots.release())
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -184,21 +184,22 @@ class Pipeline:
         fetch = self.url_fetcher
         return (fetch(url) for url in source.urls), len(source.urls)
 
-    async def _write_batch(self, job: Job, dims: int, source: str, work: list[DocWork]) -> None:
+    async def _write_batch(self, job: Job, info: CollectionInfo, source: str, work: list[DocWork]) -> None:
         cfg = self.settings.indexer
         texts = [c.text for w in work for c in w.chunks]
         tokens = [c.tokens for w in work for c in w.chunks]
         for attempt in range(cfg.batch_attempts):
             try:
                 started = time.perf_counter()
-                vectors = await self._embed(texts, tokens, dims)
+                vectors = await self._embed(texts, tokens, info.dimensions)
                 job.embed_seconds += time.perf_counter() - started
                 chunks = [
                     Chunk(w.doc.doc_id, c.chunk_index, c.text, w.doc.metadata, content_hash=w.content_hash,
                           chunk_count=len(w.chunks), source=source, location=c.location)
                     for w in work for c in w.chunks
                 ]
-                await self.store.replace_documents(job.collection, chunks, vectors)
+                sparse = await asyncio.to_thread(sparse_vectors, info, texts)
+                await self.store.replace_documents(job.collection, chunks, vectors, sparse)
                 break
             except RagserveError as exc:
                 if attempt == cfg.batch_attempts - 1:

@@ -72,6 +72,16 @@ class Limits(BaseModel):
     max_collections: int = 1000
 
 
+class SearchSettings(BaseModel):
+    """Hybrid search defaults. Tuned on SciFact's train split only (see docs/retrieval-quality.md)."""
+
+    fusion: Literal["rrf", "dbsf"] = "rrf"
+    prefetch_limit: int = Field(100, description="Candidates each of dense and sparse contributes to fusion.")
+    rrf_k: int = 60
+    dense_weight: float = 1.0
+    sparse_weight: float = 1.0
+
+
 class IndexerSettings(BaseModel):
     """The indexing worker: chunking, batching toward the embedding runner, the job queue."""
 
@@ -126,6 +136,7 @@ class Settings(BaseSettings):
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
     limits: Limits = Field(default_factory=Limits)
+    search: SearchSettings = Field(default_factory=SearchSettings)
     indexer: IndexerSettings = Field(default_factory=IndexerSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
 

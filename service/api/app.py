@@ -24,7 +24,7 @@ from service.config import Settings
 from service.documents.writer import DocumentWriter
 from service.profiles import get_profile
 from service.search.service import SearchService
-from service.store.qdrant import VectorStore, open_client
+from service.store.qdrant import Fusion, VectorStore, open_client
 
 
 def _window(model_max: int, settings: Settings) -> int:
@@ -77,9 +77,11 @@ def build_services(
         max_concurrency=q.max_concurrency,
         timeout_s=q.timeout_s,
     )
+    ss = settings.search
     search_service = SearchService(
         store, embedder, reranker, max_rerank_candidates=settings.limits.max_rerank_candidates,
         observe_stage=metrics.observe_stage,
+        fusion=Fusion(ss.fusion, ss.prefetch_limit, ss.rrf_k, ss.dense_weight, ss.sparse_weight),
     )
     writer = DocumentWriter(store, embedder, settings.limits)
     jobs = SqliteJobQueue(settings.job_db_path)

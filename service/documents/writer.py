@@ -14,10 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from qdrant_client import models
+
 from service.clients.embeddings import EmbeddingClient
 from service.config import Limits
 from service.errors import InvalidInput, PayloadTooLarge
-from service.store.qdrant import Chunk, VectorStore
+from service.sparse.bm25 import Bm25Encoder
+from service.store.qdrant import Chunk, CollectionInfo, VectorStore
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,14 @@ def content_hash(text: str, metadata: dict[str, Any], *extra: object) -> str:
         h.update(part.encode("utf-8"))
         h.update(b"\x1f")
     return h.hexdigest()[:32]
+
+
+def sparse_vectors(info: CollectionInfo, texts: Sequence[str]) -> list[models.SparseVector] | None:
+    """BM25 document vectors when the collection stores them."""
+    if info.sparse is None:
+        return None
+    encoder = Bm25Encoder(info.sparse)
+    return [encoder.encode_document(t) for t in texts]
 
 
 class DocumentWriter:
@@ -113,6 +124,7 @@ class DocumentWriter:
                   for d in documents]
         t = time.perf_counter()
         # Replaces every chunk a document had before (the indexer may have split it into several).
-        await self.store.replace_documents(collection, chunks, [v for v in vectors if v is not None])
+        sparse = sparse_vectors(info, [c.text for c in chunks])
+        await self.store.replace_documents(collection, chunks, [v for v in vectors if v is not None], sparse)
         timings["upsert"] = round((time.perf_counter() - t) * 1000, 3)
         return WriteResult(upserted=len(documents), embedded=len(to_embed), timings_ms=timings)

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from qdrant_client import models
 
 from service.clients.embeddings import EmbeddingClient
 from service.clients.rerank import RerankClient
 from service.errors import BadRequest, Conflict
-from service.store.qdrant import Hit, VectorStore
+from service.sparse.bm25 import Bm25Encoder
+from service.store.qdrant import Fusion, Hit, VectorStore
 
 DEFAULT_RERANK_CANDIDATES = 30
 StageObserver = Callable[[str, float], None]
@@ -31,6 +32,7 @@ class RankedHit:
 class SearchResult:
     hits: list[RankedHit]
     reranked: bool
+    mode: str
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
@@ -45,6 +47,10 @@ class SearchQuery:
     rerank_candidates: int | None = None
     rerank_instruction: str | None = None
     embed_instruction: str | None = None
+    mode: str | None = None
+    """dense, sparse or hybrid; None: hybrid where the collection has sparse vectors, else dense."""
+    fusion: str | None = None
+    """rrf or dbsf for hybrid; None: the configured default."""
 
 
 class SearchService:
@@ -56,12 +62,14 @@ class SearchService:
         *,
         max_rerank_candidates: int = 200,
         observe_stage: StageObserver | None = None,
+        fusion: Fusion | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.reranker = reranker
         self._max_candidates = max_rerank_candidates
         self._observe = observe_stage or (lambda stage, seconds: None)
+        self.fusion = fusion or Fusion()
 
     async def search(self, q: SearchQuery) -> SearchResult:
         rerank = self.reranker is not None if q.rerank is None else q.rerank
@@ -80,12 +88,29 @@ class SearchService:
         if rerank:
             limit = min(max(q.top_k, q.rerank_candidates or DEFAULT_RERANK_CANDIDATES), self._max_candidates)
 
-        t = time.perf_counter()
-        vector = await self.embedder.embed_query(q.query, task=q.embed_instruction, dimensions=info.dimensions)
-        timings["embed"] = self._stage("embed", t)
+        mode = q.mode or ("hybrid" if info.sparse else "dense")
+        if mode != "dense" and info.sparse is None:
+            raise BadRequest(
+                f"collection {q.collection!r} has no sparse (BM25) vectors: use mode 'dense', or create the "
+                "collection with sparse enabled", code="sparse_not_enabled", param="mode",
+            )
+        dense = sparse = None
+        if mode in ("dense", "hybrid"):
+            t = time.perf_counter()
+            dense = await self.embedder.embed_query(q.query, task=q.embed_instruction, dimensions=info.dimensions)
+            timings["embed"] = self._stage("embed", t)
+        if info.sparse is not None and mode in ("sparse", "hybrid"):
+            sparse = Bm25Encoder(info.sparse).encode_query(q.query)
+            if not sparse.indices and mode == "sparse":
+                raise BadRequest("the query has no searchable terms (only stop-words or punctuation)",
+                                 code="empty_sparse_query", param="query")
+            if not sparse.indices:
+                sparse = None  # hybrid degrades to dense for a query of stop-words only
+        fusion = self.fusion if q.fusion is None else replace(self.fusion, method=q.fusion)
 
         t = time.perf_counter()
-        hits = await self.store.search(q.collection, vector, limit=limit, query_filter=q.query_filter)
+        hits = await self.store.query(q.collection, dense=dense, sparse=sparse, limit=limit,
+                                      query_filter=q.query_filter, fusion=fusion)
         timings["search"] = self._stage("search", t)
 
         if rerank and hits and self.reranker is not None:
@@ -96,7 +121,7 @@ class SearchService:
         else:
             ranked = [RankedHit(h, h.score, None) for h in hits[: q.top_k]]
         timings["total"] = round((time.perf_counter() - started) * 1000, 3)
-        return SearchResult(hits=ranked, reranked=rerank, timings_ms=timings)
+        return SearchResult(hits=ranked, reranked=rerank, mode=mode, timings_ms=timings)
 
     def _stage(self, stage: str, started: float) -> float:
         seconds = time.perf_counter() - started

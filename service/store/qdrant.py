@@ -22,9 +22,11 @@ from typing import Any, TypeVar
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
+from service.sparse.bm25 import SparseConfig
 from service.store.errors import CollectionExists, CollectionNotFound, StoreError, StoreTimeout
 
 DENSE = "dense"
+SPARSE = "bm25"
 POINT_NAMESPACE = uuid.UUID("6f1c7d1e-2b8a-5d0c-9a57-3f1b0e7d4c21")
 FIELD_TYPES: dict[str, models.PayloadSchemaType] = {
     "keyword": models.PayloadSchemaType.KEYWORD,
@@ -74,6 +76,8 @@ class CollectionInfo:
     points: int
     model: str | None
     filter_fields: dict[str, str]
+    sparse: SparseConfig | None = None
+    """BM25 analysis settings when the collection stores sparse vectors."""
 
 
 @dataclass(frozen=True)
@@ -123,16 +127,23 @@ class VectorStore:
         return True
 
     async def create_collection(
-        self, name: str, *, dimensions: int, model: str, filter_fields: dict[str, str] | None = None
+        self, name: str, *, dimensions: int, model: str, filter_fields: dict[str, str] | None = None,
+        sparse: SparseConfig | None = None,
     ) -> CollectionInfo:
         if await self._call(lambda: self.client.collection_exists(name)):
             raise CollectionExists(name)
         fields = dict(filter_fields or {})
+        metadata: dict[str, Any] = {"model": model, "filter_fields": fields}
+        if sparse is not None:
+            metadata["sparse"] = sparse.model_dump()
         await self._call(
             lambda: self.client.create_collection(
                 name,
                 vectors_config={DENSE: models.VectorParams(size=dimensions, distance=models.Distance.COSINE)},
-                metadata={"model": model, "filter_fields": fields},
+                sparse_vectors_config=(
+                    {SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)} if sparse else None
+                ),
+                metadata=metadata,
             )
         )
         indexes = {"doc_id": "keyword", "source": "keyword", "content_hash": "keyword",
@@ -142,7 +153,7 @@ class VectorStore:
                 lambda key=key, kind=kind: self.client.create_payload_index(name, key, FIELD_TYPES[kind]),
                 name,
             )
-        return CollectionInfo(name, dimensions, 0, model, fields)
+        return CollectionInfo(name, dimensions, 0, model, fields, sparse)
 
     async def list_collections(self) -> list[str]:
         response = await self._call(self.client.get_collections)
@@ -161,6 +172,7 @@ class VectorStore:
             points=count.count,
             model=meta.get("model"),
             filter_fields=dict(meta.get("filter_fields") or {}),
+            sparse=SparseConfig(**meta["sparse"]) if meta.get("sparse") else None,
         )
 
     async def delete_collection(self, name: str) -> None:
@@ -168,24 +180,28 @@ class VectorStore:
             raise CollectionNotFound(name)
         await self._call(lambda: self.client.delete_collection(name), name)
 
-    async def upsert(self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]) -> None:
-        if len(chunks) != len(vectors):
+    async def upsert(
+        self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
+        sparse: Sequence[models.SparseVector] | None = None,
+    ) -> None:
+        if len(chunks) != len(vectors) or (sparse is not None and len(sparse) != len(chunks)):
             raise ValueError("one vector per chunk")
         points = [
             models.PointStruct(
                 id=point_id(name, c.doc_id, c.chunk_index),
-                vector={DENSE: list(v)},
+                vector={DENSE: list(v), SPARSE: sparse[i]} if sparse is not None else {DENSE: list(v)},
                 payload=_payload(c),
             )
-            for c, v in zip(chunks, vectors)
+            for i, (c, v) in enumerate(zip(chunks, vectors))
         ]
         await self._call(lambda: self.client.upsert(name, points=points, wait=True), name)
 
     async def replace_documents(
-        self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]
+        self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
+        sparse: Sequence[models.SparseVector] | None = None,
     ) -> None:
         """Upsert the chunks of whole documents, then drop those documents' chunks of other versions."""
-        await self.upsert(name, chunks, vectors)
+        await self.upsert(name, chunks, vectors, sparse)
         hashes = {c.doc_id: c.content_hash for c in chunks}
         stale = models.Filter(should=[
             models.Filter(
@@ -245,18 +261,54 @@ class VectorStore:
     async def search(
         self, name: str, vector: Sequence[float], *, limit: int, query_filter: models.Filter | None = None
     ) -> list[Hit]:
+        return await self.query(name, dense=vector, limit=limit, query_filter=query_filter)
+
+    async def query(
+        self, name: str, *, dense: Sequence[float] | None = None, sparse: models.SparseVector | None = None,
+        limit: int, query_filter: models.Filter | None = None, fusion: Fusion | None = None,
+    ) -> list[Hit]:
+        """Dense, sparse, or both fused, in one Query API call (prefetches + fusion when both are given)."""
+        kwargs: dict[str, Any]
+        if dense is not None and sparse is not None:
+            fusion = fusion or Fusion()
+            prefetch_limit = max(limit, fusion.prefetch_limit)
+            kwargs = {
+                "prefetch": [
+                    models.Prefetch(query=list(dense), using=DENSE, limit=prefetch_limit, filter=query_filter),
+                    models.Prefetch(query=sparse, using=SPARSE, limit=prefetch_limit, filter=query_filter),
+                ],
+                "query": fusion.query(),
+            }
+        elif dense is not None:
+            kwargs = {"query": list(dense), "using": DENSE}
+        elif sparse is not None:
+            kwargs = {"query": sparse, "using": SPARSE}
+        else:
+            raise ValueError("a dense or a sparse query vector is needed")
         response = await self._call(
             lambda: self.client.query_points(
-                name,
-                query=list(vector),
-                using=DENSE,
-                limit=limit,
-                query_filter=query_filter,
-                with_payload=True,
+                name, limit=limit, query_filter=query_filter, with_payload=True, **kwargs
             ),
             name,
         )
         return [_hit(p) for p in response.points]
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How dense and sparse candidates are fused: RRF (rank-based; ``k`` and per-list ``weights``) or
+    DBSF (distribution-based score normalisation)."""
+
+    method: str = "rrf"
+    prefetch_limit: int = 100
+    rrf_k: int = 60
+    dense_weight: float = 1.0
+    sparse_weight: float = 1.0
+
+    def query(self) -> models.Query:
+        if self.method == "dbsf":
+            return models.FusionQuery(fusion=models.Fusion.DBSF)
+        return models.RrfQuery(rrf=models.Rrf(k=self.rrf_k, weights=[self.dense_weight, self.sparse_weight]))
 
 
 def _payload(c: Chunk) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from service.api.schemas.collections import (
 )
 from service.api.schemas.errors import ERROR_RESPONSES
 from service.documents.writer import NewDocument
-from service.errors import InvalidInput, PayloadTooLarge
+from service.errors import InvalidInput, NotFound, PayloadTooLarge
+from service.sparse.bm25 import SparseConfig
 from service.store.qdrant import CollectionInfo
 
 router = APIRouter(prefix="/v1/collections", tags=["collections"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
@@ -24,7 +25,7 @@ CollectionName = Path(pattern=COLLECTION_NAME)
 
 def _out(info: CollectionInfo) -> CollectionOut:
     return CollectionOut(name=info.name, dimensions=info.dimensions, points=info.points, model=info.model,
-                         filter_fields=info.filter_fields)
+                         filter_fields=info.filter_fields, sparse=info.sparse)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Create a collection")
@@ -38,8 +39,9 @@ async def create_collection(body: CollectionCreate, services: ServicesDep) -> Co
     existing = await services.store.list_collections()
     if len(existing) >= services.settings.limits.max_collections:
         raise PayloadTooLarge("too many collections", code="too_many_collections")
+    sparse = body.sparse if isinstance(body.sparse, SparseConfig) else (SparseConfig() if body.sparse else None)
     info = await services.store.create_collection(
-        body.name, dimensions=dims, model=model.name, filter_fields=dict(body.filter_fields)
+        body.name, dimensions=dims, model=model.name, filter_fields=dict(body.filter_fields), sparse=sparse
     )
     return _out(info)
 
@@ -59,6 +61,15 @@ async def get_collection(services: ServicesDep, name: str = CollectionName) -> C
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a collection and its points")
 async def delete_collection(services: ServicesDep, name: str = CollectionName) -> None:
     await services.store.delete_collection(name)
+
+
+@router.delete("/{name}/documents/{doc_id:path}", status_code=status.HTTP_204_NO_CONTENT,
+               summary="Delete a document and all its chunks")
+async def delete_document(doc_id: str, services: ServicesDep, name: str = CollectionName) -> None:
+    if not await services.store.doc_states(name, doc_ids=[doc_id]):
+        raise NotFound(f"document {doc_id!r} is not in collection {name!r}", code="document_not_found",
+                       param="doc_id")
+    await services.store.delete_documents(name, [doc_id])
 
 
 @router.post("/{name}/documents", summary="Upsert already-split text documents (synchronous, batched)")

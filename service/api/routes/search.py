@@ -36,6 +36,8 @@ async def search(body: SearchRequest, services: ServicesDep, raw_request: Reques
             rerank_candidates=None if rerank is None else rerank.top_n,
             rerank_instruction=None if rerank is None else rerank.instruction,
             embed_instruction=body.instruction,
+            mode=body.mode,
+            fusion=body.fusion,
         )
     )
     hits = [
@@ -43,5 +45,6 @@ async def search(body: SearchRequest, services: ServicesDep, raw_request: Reques
                   metadata=r.hit.metadata, location=r.hit.location, score=r.score, vector_score=r.hit.score, rerank_score=r.rerank_score)
         for i, r in enumerate(result.hits)
     ]
-    return SearchResponse(collection=body.collection, query=query, reranked=result.reranked, hits=hits,
+    return SearchResponse(collection=body.collection, query=query, reranked=result.reranked, mode=result.mode,
+                          hits=hits,
                           timings_ms=result.timings_ms)

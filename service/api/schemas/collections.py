@@ -4,6 +4,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.sparse.bm25 import SparseConfig
+
 COLLECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,63}$"
 FieldType = Literal["keyword", "integer", "float", "bool", "datetime", "text"]
 
@@ -18,6 +20,9 @@ class CollectionCreate(BaseModel):
     filter_fields: dict[str, FieldType] = Field(
         default_factory=dict, description="Metadata fields to index for filtering, with their types."
     )
+    sparse: SparseConfig | bool = Field(
+        True, description="Store BM25 sparse vectors beside the dense ones (true, false, or analysis settings)."
+    )
 
 
 class CollectionOut(BaseModel):
@@ -26,6 +31,7 @@ class CollectionOut(BaseModel):
     points: int = Field(description="Stored chunks.")
     model: str | None = Field(description="Embedding model the collection was created for.")
     filter_fields: dict[str, str]
+    sparse: SparseConfig | None = Field(None, description="BM25 settings, when sparse vectors are stored.")
 
 
 class CollectionList(BaseModel):

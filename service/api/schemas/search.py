@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +33,13 @@ class SearchRequest(BaseModel):
     instruction: str | None = Field(
         None, max_length=1000, description="Embedding task instruction for the query (Qwen3 profile)."
     )
+    mode: Literal["dense", "sparse", "hybrid"] | None = Field(
+        None, description="dense, sparse (BM25) or hybrid (both, fused); default hybrid where the collection "
+        "has sparse vectors, else dense.",
+    )
+    fusion: Literal["rrf", "dbsf"] | None = Field(
+        None, description="Fusion for hybrid: reciprocal rank (default) or distribution-based score fusion."
+    )
 
 
 class SearchHit(BaseModel):
@@ -46,7 +53,9 @@ class SearchHit(BaseModel):
         None, description="Where the chunk sits in its document (char/byte offsets, pages, headings)."
     )
     score: float = Field(description="The score the hits are ordered by (rerank score when reranked).")
-    vector_score: float = Field(description="Cosine similarity from the vector search.")
+    vector_score: float = Field(
+        description="Score from Qdrant: cosine (dense), BM25 (sparse) or the fused score (hybrid)."
+    )
     rerank_score: float | None = Field(None, description="Reranker relevance in (0, 1), when reranked.")
 
 
@@ -54,5 +63,6 @@ class SearchResponse(BaseModel):
     collection: str
     query: str
     reranked: bool
+    mode: str = Field(description="The retrieval mode used: dense, sparse or hybrid.")
     hits: list[SearchHit]
     timings_ms: dict[str, float] = Field(description="Milliseconds per stage: embed, search, rerank, total.")

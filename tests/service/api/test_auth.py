@@ -8,14 +8,15 @@ from tests.support.app import app_client
 PROTECTED = [
     ("GET", "/ready"), ("GET", "/metrics"), ("GET", "/v1/collections"), ("POST", "/v1/collections"),
     ("GET", "/v1/collections/{name}"), ("DELETE", "/v1/collections/{name}"),
-    ("POST", "/v1/collections/{name}/documents"), ("POST", "/v1/collections/{name}/ingest"),
+    ("POST", "/v1/collections/{name}/documents"), ("DELETE", "/v1/collections/{name}/documents/{doc_id:path}"),
+    ("POST", "/v1/collections/{name}/ingest"),
     ("GET", "/v1/jobs"), ("GET", "/v1/jobs/{job_id}"), ("DELETE", "/v1/jobs/{job_id}"),
     ("POST", "/v1/search"), ("POST", "/v1/embeddings"), ("POST", "/v1/rerank"),
 ]
 
 
 def _concrete(path: str) -> str:
-    return path.replace("{name}", "x").replace("{job_id}", "j")
+    return path.replace("{name}", "x").replace("{job_id}", "j").replace("{doc_id:path}", "d")
 
 
 @pytest.mark.parametrize("key", [None, "wrong-key-wrong-key-wrong"], ids=["missing", "wrong"])

@@ -18,7 +18,9 @@ async def test_collection_lifecycle(minilm_settings: Settings) -> None:
         again = await client.delete("/v1/collections/notes")
     assert created.status_code == 201
     assert created.json() == {"name": "notes", "dimensions": 384, "points": 0,
-                              "model": "sentence-transformers/all-MiniLM-L6-v2", "filter_fields": {"lang": "keyword"}}
+                              "model": "sentence-transformers/all-MiniLM-L6-v2", "filter_fields": {"lang": "keyword"},
+                              "sparse": {"language": "english", "lowercase": True, "stemming": True,
+                                         "stopwords": True, "k1": 1.2, "b": 0.75, "avg_len": 256.0}}
     assert [c["name"] for c in listed.json()["collections"]] == ["notes"]
     assert one.json()["points"] == 2
     assert deleted.status_code == 204

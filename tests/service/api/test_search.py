@@ -25,18 +25,23 @@ async def _seed(client: httpx.AsyncClient, name: str = "docs") -> None:
     assert r.json()["upserted"] == len(DOCS)
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=[d["id"] for d in DOCS])
+@pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid", None])
 async def test_document_searched_by_its_own_text_comes_first_without_rerank(
-    minilm_settings: Settings, doc: dict
+    minilm_settings: Settings, mode: str | None
 ) -> None:
     async with app_client(minilm_settings) as client:
         await _seed(client)
-        r = await client.post("/v1/search", json={"collection": "docs", "query": doc["text"], "top_k": 3})
-    assert r.status_code == 200, r.text
-    body = r.json()
-    assert body["hits"][0]["doc_id"] == doc["id"]
-    assert body["hits"][0]["vector_score"] == pytest.approx(1.0, abs=1e-4)
-    assert body["reranked"] is False
+        for doc in DOCS:
+            body = {"collection": "docs", "query": doc["text"], "top_k": 3}
+            if mode:
+                body["mode"] = mode
+            r = await client.post("/v1/search", json=body)
+            assert r.status_code == 200, r.text
+            result = r.json()
+            assert result["hits"][0]["doc_id"] == doc["id"]
+            assert result["mode"] == (mode or "hybrid") and result["reranked"] is False
+            if mode == "dense":
+                assert result["hits"][0]["vector_score"] == pytest.approx(1.0, abs=1e-4)
 
 
 async def test_qwen3_stack_returns_own_text_first_and_reranks(qwen3_settings: Settings) -> None:

@@ -1,0 +1,1 @@
+"""Sparse lexical vectors (BM25) beside the dense ones."""
