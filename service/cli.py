@@ -120,19 +120,28 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from service.evaluation.dataset import BeirDataset
     from service.evaluation.runner import evaluate_service, format_table
 
-    settings = Settings()
-    key = args.api_key or (settings.api_keys[0].get_secret_value() if settings.api_keys else None)
-    if not key:
-        raise SystemExit("pass --api-key or set RAGSERVE_API_KEYS")
+    url, key = _api(args)
     modes = args.mode or [None]
     reports = asyncio.run(evaluate_service(
-        args.url, key, BeirDataset(Path(args.dataset)), args.collection, split=args.split, modes=modes,
+        url, key, BeirDataset(Path(args.dataset)), args.collection, split=args.split, modes=modes,
         rerank=args.rerank, progress=not args.json,
     ))
     if args.json:
         print(json.dumps([r.__dict__ for r in reports], indent=2))
     else:
         print(format_table(reports))
+
+
+def cmd_tune_fusion(args: argparse.Namespace) -> None:
+    from service.evaluation.dataset import BeirDataset
+    from service.evaluation.tuning import tune
+
+    url, key = _api(args)
+    results = asyncio.run(tune(url, key, BeirDataset(Path(args.dataset)), args.collection, split=args.split))
+    print(f"nDCG@10 on the {args.split} split, best first:")
+    for setting, ndcg in results[: args.top]:
+        print(f"  {ndcg:.4f}  {setting}")
+    print(f"\nbest: {results[0][0].env()}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -198,13 +207,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evaluate retrieval on a BEIR-layout dataset through the running API")
     p.add_argument("dataset")
     p.add_argument("--collection", required=True)
-    p.add_argument("--url", default="http://127.0.0.1:8000")
-    p.add_argument("--api-key", default=None)
+    api(p)
     p.add_argument("--split", default="test")
     p.add_argument("--mode", action="append", default=None, help="search mode(s) to evaluate")
     p.add_argument("--rerank", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("tune-fusion", help="grid-search hybrid fusion settings on a training split")
+    p.add_argument("dataset")
+    p.add_argument("--collection", required=True)
+    p.add_argument("--split", default="train")
+    p.add_argument("--top", type=int, default=15)
+    api(p)
+    p.set_defaults(func=cmd_tune_fusion)
     return parser
 
 
