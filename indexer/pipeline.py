@@ -19,7 +19,7 @@ from pathlib import Path
 from indexer.chunking import Chunker, ChunkText
 from indexer.documents import FileError, ParsedDocument, SourceFile
 from indexer.parsers import ParseError, parse
-from indexer.queue import MAX_ERRORS, DocState, Job, JobCancelled, JobQueue
+from indexer.queue import MAX_ERRORS, Job, JobCancelled, JobQueue
 from indexer.sources import SourceError, path_entries, read_file
 from indexer.spec import IngestSpec, PathSource, UploadSource, default_source_name
 from service.clients.embeddings import EmbeddingClient
@@ -185,10 +185,33 @@ class Pipeline:
         return (fetch(url) for url in source.urls), len(source.urls)
 
     async def _write_batch(self, job: Job, info: CollectionInfo, source: str, work: list[DocWork]) -> None:
-        cfg = self.settings.indexer
+        """Embed and write whole documents; a batch that still fails after its tries is split in halves
+        and retried, so one bad document never takes its batch-mates down with it."""
+        error = await self._try_write(job, info, source, work)
+        if error is None:
+            job.counts.documents_indexed += len(work)
+            job.counts.chunks += sum(len(w.chunks) for w in work)
+            job.counts.tokens += sum(w.tokens for w in work)
+            await self.queue.mark_documents(job, {w.doc.doc_id: "indexed" for w in work})
+            return
+        if len(work) > 1:
+            mid = len(work) // 2
+            await self._write_batch(job, info, source, work[:mid])
+            await self._write_batch(job, info, source, work[mid:])
+            return
+        (w,) = work
+        log.warning("document %s failed: %s", w.doc.doc_id, error.message)
+        self._error(job, w.doc.doc_id, f"not indexed after {self.settings.indexer.batch_attempts} tries: {error.message}")
+        job.counts.documents_failed += 1
+        await self.queue.mark_documents(job, {w.doc.doc_id: "failed"})
+
+    async def _try_write(
+        self, job: Job, info: CollectionInfo, source: str, work: list[DocWork]
+    ) -> RagserveError | None:
+        attempts = self.settings.indexer.batch_attempts
         texts = [c.text for w in work for c in w.chunks]
         tokens = [c.tokens for w in work for c in w.chunks]
-        for attempt in range(cfg.batch_attempts):
+        for attempt in range(attempts):
             try:
                 started = time.perf_counter()
                 vectors = await self._embed(texts, tokens, info.dimensions)
@@ -200,21 +223,12 @@ class Pipeline:
                 ]
                 sparse = await asyncio.to_thread(sparse_vectors, info, texts)
                 await self.store.replace_documents(job.collection, chunks, vectors, sparse)
-                break
+                return None
             except RagserveError as exc:
-                if attempt == cfg.batch_attempts - 1:
-                    log.warning("batch of %d documents failed: %s", len(work), exc.message)
-                    for w in work:
-                        self._error(job, w.doc.doc_id, f"not indexed after {cfg.batch_attempts} tries: {exc.message}")
-                    job.counts.documents_failed += len(work)
-                    await self.queue.mark_documents(job, {w.doc.doc_id: "failed" for w in work})
-                    return
+                if attempt == attempts - 1:
+                    return exc
                 await asyncio.sleep(min(0.5 * 2**attempt, 10.0))
-        job.counts.documents_indexed += len(work)
-        job.counts.chunks += len(texts)
-        job.counts.tokens += sum(tokens)
-        done: dict[str, DocState] = {w.doc.doc_id: "indexed" for w in work}
-        await self.queue.mark_documents(job, done)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _embed(self, texts: list[str], tokens: list[int], dims: int) -> list[list[float]]:
         """One request per ``batch_tokens`` of chunks (a long document may need several), concurrently."""

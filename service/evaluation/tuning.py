@@ -23,7 +23,8 @@ from service.evaluation.runner import ensure_indexed
 
 RRF_K = (2, 10, 20, 40, 60, 100)
 WEIGHTS = ((1.0, 1.0), (1.0, 1.5), (1.5, 1.0), (1.0, 2.0), (2.0, 1.0), (1.0, 3.0), (3.0, 1.0))
-PREFETCH = (20, 50, 100)
+PREFETCH = (100,)
+"""The service prefetches max(top_k, prefetch_limit) per list, and evaluation asks for top_k=100."""
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,9 @@ def _points(hits: list[dict[str, Any]]) -> list[models.ScoredPoint]:
 
 def fuse(setting: Setting, dense: list[models.ScoredPoint], sparse: list[models.ScoredPoint],
          limit: int = 100) -> list[models.ScoredPoint]:
-    lists = [[p.model_copy() for p in dense[: setting.prefetch_limit]],
-             [p.model_copy() for p in sparse[: setting.prefetch_limit]]]
+    """What the service returns for ``limit`` hits: each list cut at max(limit, prefetch_limit), fused."""
+    depth = max(limit, setting.prefetch_limit)
+    lists = [[p.model_copy() for p in dense[:depth]], [p.model_copy() for p in sparse[:depth]]]
     if setting.fusion == "dbsf":
         return distribution_based_score_fusion(lists, limit=limit)
     return reciprocal_rank_fusion(lists, limit=limit, ranking_constant_k=setting.rrf_k,

@@ -210,3 +210,34 @@ async def test_bad_uploads_and_unknown_job(settings: Settings) -> None:
     assert cancel_missing.status_code == 404
     assert invalid_json.status_code == 400 and invalid_json.json()["error"]["code"] == "invalid_json"
     assert not list(settings.uploads_dir.glob("*/evil.txt")) and not (settings.data_dir / "evil.txt").exists()
+
+
+async def test_a_batch_that_keeps_failing_is_retried_then_recorded_per_document(settings: Settings, tmp_path: Path) -> None:
+    """Fault at the network edge: the runner answers 500 to any batch holding the poisoned text."""
+    folder = tmp_path / "docs" / "poison"
+    _write(folder, {"good1.txt": b"A fine document about rivers.", "bad.txt": b"POISON pill document",
+                    "good2.txt": b"Another fine document about lakes."})
+    settings.indexer.batch_tokens = 8  # one document per batch
+    settings.indexer.batch_attempts = 2
+    settings.upstream.retries = 1
+    settings.upstream.backoff_s = 0.01
+    real = httpx.AsyncHTTPTransport()
+    poisoned = 0
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal poisoned
+        if b"POISON" in request.content:
+            poisoned += 1
+            return httpx.Response(500, json={"error": {"message": "boom"}})
+        return await real.handle_async_request(request)
+
+    async with real, app_client(settings, with_worker=True, transports={"embedding": httpx.MockTransport(handler)}) as client:
+        await client.post("/v1/collections", json={"name": "docs"})
+        job = await _ingest_path(client, folder)
+        stored = {h["doc_id"] for h in await _search(client, "document", mode="dense")}
+    assert job["state"] == "succeeded"
+    assert job["counts"]["documents_indexed"] == 2 and job["counts"]["documents_failed"] == 1
+    assert poisoned >= 2 * 2  # 2 pipeline attempts x (1 try + 1 client retry), then again once isolated
+    (err,) = job["errors"]
+    assert err["item"] == "bad.txt" and "not indexed after 2 tries" in err["error"]
+    assert stored == {"good1.txt", "good2.txt"}
