@@ -92,9 +92,10 @@ def summary(job: dict[str, Any]) -> str:
         f"{c['documents_unchanged']} unchanged, {c['documents_failed']} failed, {c['documents_deleted']} deleted",
         f"  chunks: {c['chunks']}, tokens: {c['tokens']}, files failed: {c['files_failed']}",
     ]
-    if job["progress"].get("elapsed_s"):
-        lines.append(f"  time: {job['progress']['elapsed_s']:.1f}s"
-                     + (f", {job['progress']['tokens_per_s']:.0f} tokens/s" if job["progress"].get("tokens_per_s") else ""))
+    progress = job["progress"]
+    if progress.get("elapsed_s"):
+        rate = f", {progress['tokens_per_s']:.0f} tokens/s" if progress.get("tokens_per_s") else ""
+        lines.append(f"  time: {progress['elapsed_s']:.1f}s{rate}")
     for err in job["errors"][:20]:
         lines.append(f"  ! {err['item']}: {err['error']}")
     if len(job["errors"]) > 20:
@@ -103,10 +104,10 @@ def summary(job: dict[str, Any]) -> str:
 
 
 def run_worker() -> None:
+    from indexer.worker import Worker
     from service.api.app import build_services
     from service.api.metrics import Metrics
     from service.config import Settings
-    from indexer.worker import Worker
 
     settings = Settings()
 

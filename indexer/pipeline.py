@@ -201,7 +201,8 @@ class Pipeline:
             return
         (w,) = work
         log.warning("document %s failed: %s", w.doc.doc_id, error.message)
-        self._error(job, w.doc.doc_id, f"not indexed after {self.settings.indexer.batch_attempts} tries: {error.message}")
+        tries = self.settings.indexer.batch_attempts
+        self._error(job, w.doc.doc_id, f"not indexed after {tries} tries: {error.message}")
         job.counts.documents_failed += 1
         await self.queue.mark_documents(job, {w.doc.doc_id: "failed"})
 
@@ -234,7 +235,7 @@ class Pipeline:
         """One request per ``batch_tokens`` of chunks (a long document may need several), concurrently."""
         groups: list[list[str]] = [[]]
         budget = 0
-        for text, n in zip(texts, tokens):
+        for text, n in zip(texts, tokens, strict=True):
             if groups[-1] and budget + n > self.settings.indexer.batch_tokens:
                 groups.append([])
                 budget = 0
@@ -249,7 +250,10 @@ class Pipeline:
             job.errors.append({"item": item, "error": error})
 
 
-async def _iterate_in_thread(gen: Iterator[DocWork | FileError | Expect]) -> AsyncIterator[DocWork | FileError | Expect]:
+Item = DocWork | FileError | Expect
+
+
+async def _iterate_in_thread(gen: Iterator[Item]) -> AsyncIterator[Item]:
     """Pull a blocking generator from a thread, one item ahead of the consumer."""
     sentinel = object()
     pending = asyncio.ensure_future(asyncio.to_thread(next, gen, sentinel))

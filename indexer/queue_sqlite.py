@@ -77,7 +77,8 @@ class SqliteJobQueue:
 
         def insert(db: sqlite3.Connection) -> None:
             db.execute("INSERT INTO jobs (id, collection, spec, state, created_at, counts) VALUES (?,?,?,?,?,?)",
-                       (job.id, collection, json.dumps(spec), "queued", job.created_at, json.dumps(job.counts.as_dict())))
+                       (job.id, collection, json.dumps(spec), "queued", job.created_at,
+                        json.dumps(job.counts.as_dict())))
 
         await self._run(insert)
         return job

@@ -46,7 +46,8 @@ class IngestOptions(BaseModel):
     )
     prune: bool = Field(False, description="Delete documents of this source that are no longer in it.")
     chunking: Literal["auto", "tokens", "none"] = Field(
-        "auto", description="auto: files are chunked, JSONL records are passages; tokens: chunk all; none: one chunk each."
+        "auto",
+        description="auto: files are chunked, JSONL records are passages; tokens: chunk all; none: one chunk each.",
     )
     chunk_tokens: int | None = Field(None, ge=8, description="Tokens per chunk (capped at the model's window).")
     chunk_overlap: int | None = Field(None, ge=0)

@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/local/setup.sh
+.venv/bin/ruff check service indexer tests
 exec .venv/bin/python -m pytest "$@"

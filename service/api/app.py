@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
+from indexer.queue_sqlite import SqliteJobQueue
 from service import __version__
 from service.api.errors import install_error_handlers
 from service.api.limits import BodySizeLimit
 from service.api.metrics import Metrics, MetricsMiddleware
-from indexer.queue_sqlite import SqliteJobQueue
 from service.api.routes import collections, health, ingest, passthrough, search
 from service.api.state import Services
 from service.clients.embeddings import EmbeddingClient

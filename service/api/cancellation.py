@@ -17,7 +17,8 @@ T = TypeVar("T")
 
 
 async def _wait_for_disconnect(request: Request) -> None:
-    while not await request.is_disconnected():
+    # Starlette exposes disconnection only by polling (vLLM's with_cancellation does the same).
+    while not await request.is_disconnected():  # noqa: ASYNC110
         await asyncio.sleep(0.25)
 
 

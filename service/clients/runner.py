@@ -83,7 +83,9 @@ class RunnerClient:
                 f"too many requests in flight to the {self.name} runner", retry_after_s=1.0
             ) from None
         try:
-            return await self._post_with_retries(path, body, idempotent=idempotent, timeout_s=timeout_s or self.timeout_s)
+            return await self._post_with_retries(
+                path, body, idempotent=idempotent, timeout_s=timeout_s or self.timeout_s
+            )
         finally:
             self._slots.release()
 
@@ -95,7 +97,8 @@ class RunnerClient:
         for attempt in range(attempts):
             last = attempt == attempts - 1
             try:
-                response = await self._http.post(path, json=body, timeout=httpx.Timeout(timeout_s, connect=self._connect_timeout_s))
+                timeout = httpx.Timeout(timeout_s, connect=self._connect_timeout_s)
+                response = await self._http.post(path, json=body, timeout=timeout)
             except httpx.TimeoutException as exc:
                 raise UpstreamTimeout(self.name, f"no answer within {timeout_s:g}s") from exc
             except httpx.TransportError as exc:

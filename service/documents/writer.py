@@ -118,7 +118,7 @@ class DocumentWriter:
                 [documents[i].text for i in to_embed], dimensions=info.dimensions
             )
             timings["embed"] = round((time.perf_counter() - t) * 1000, 3)
-            for i, vector in zip(to_embed, embedded):
+            for i, vector in zip(to_embed, embedded, strict=True):
                 vectors[i] = vector
         chunks = [Chunk(d.id, 0, d.text, d.metadata, content_hash=content_hash(d.text, d.metadata))
                   for d in documents]

@@ -90,8 +90,8 @@ async def candidate_lists(client: httpx.AsyncClient, collection: str, queries: d
 def score(setting: Setting, lists: dict[str, dict[str, list[models.ScoredPoint]]],
           qrels: dict[str, dict[str, int]]) -> float:
     run = {}
-    for qid, l in lists.items():
-        fused = fuse(setting, l["dense"], l["sparse"])
+    for qid, pair in lists.items():
+        fused = fuse(setting, pair["dense"], pair["sparse"])
         run[qid] = {p.payload["doc_id"]: float(p.score) for p in fused}  # type: ignore[index]
     return evaluate(qrels, run)["ndcg@10"]
 

@@ -137,7 +137,8 @@ class RunnerProcess:
         assert self.process is not None
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RunnerStartError(f"{self.spec.name} runner exited ({self.process.returncode}):\n{self.log_tail()}")
+                code = self.process.returncode
+                raise RunnerStartError(f"{self.spec.name} runner exited ({code}):\n{self.log_tail()}")
             try:
                 if httpx.get(f"{self.spec.url}/health", timeout=2.0).status_code == 200:
                     return

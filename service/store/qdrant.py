@@ -192,7 +192,7 @@ class VectorStore:
                 vector={DENSE: list(v), SPARSE: sparse[i]} if sparse is not None else {DENSE: list(v)},
                 payload=_payload(c),
             )
-            for i, (c, v) in enumerate(zip(chunks, vectors))
+            for i, (c, v) in enumerate(zip(chunks, vectors, strict=True))
         ]
         await self._call(lambda: self.client.upsert(name, points=points, wait=True), name)
 

@@ -115,7 +115,8 @@ def main() -> None:
     for (batch, inflight), tps in sorted(grid.items()):
         print(f"  batch {batch:>3} x {inflight} in flight: {tps:8.0f}")
     print(f"\n{'':<34}{'tokens':>10}{'tokens/s':>12}")
-    print(f"{'raw /v1/embeddings (batch %d x %d)' % best:<34}{tokens:>10}{raw:>12.0f}")
+    label = f"raw /v1/embeddings (batch {best[0]} x {best[1]})"
+    print(f"{label:<34}{tokens:>10}{raw:>12.0f}")
     print(f"{'ragserve pipeline (job, end to end)':<34}{job['counts']['tokens']:>10}{pipe:>12.0f}")
     print(f"\npipeline / raw = {pipe / raw:.3f}   (target >= 0.9; {args.docs} SciFact documents, {len(texts)} chunks)")
     print(json.dumps({"raw_tokens_per_s": raw, "pipeline_tokens_per_s": pipe, "ratio": pipe / raw,

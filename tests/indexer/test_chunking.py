@@ -25,7 +25,7 @@ def test_windows_overlap_and_cover_everything(tokenizer) -> None:  # type: ignor
     chunks = Chunker(tokenizer, window=256, size=50, overlap=10).chunk(_doc(text))
     assert len(chunks) > 5
     seen = set()
-    for a, b in zip(chunks, chunks[1:]):
+    for a, b in zip(chunks, chunks[1:], strict=False):
         overlap = set(a.text.split()) & set(b.text.split())
         assert 3 <= len(overlap) <= 12, (a.text[-40:], b.text[:40])
     for c in chunks:

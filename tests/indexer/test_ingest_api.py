@@ -161,7 +161,7 @@ async def test_cancel_a_running_job(settings: Settings, tmp_path: Path) -> None:
         await client.post("/v1/collections", json={"name": "docs"})
         r = await client.post("/v1/collections/docs/ingest", json={"source": {"kind": "path", "path": str(big)}})
         job_id = r.json()["id"]
-        while (await client.get(f"/v1/jobs/{job_id}")).json()["counts"]["documents_indexed"] == 0:
+        while (await client.get(f"/v1/jobs/{job_id}")).json()["counts"]["documents_indexed"] == 0:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         cancel = await client.delete(f"/v1/jobs/{job_id}")
         job = await wait_for_job(client, job_id)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-import time
+import asyncio
 from pathlib import Path
 
 from indexer.queue import Counts
@@ -13,7 +13,7 @@ async def test_claim_is_exclusive_and_lease_expiry_hands_the_job_over(tmp_path: 
     first = await q.claim("w1", lease_s=0.2)
     assert first is not None and first.id == job.id and first.attempts == 1
     assert await q.claim("w2", lease_s=0.2) is None  # leased
-    time.sleep(0.3)
+    await asyncio.sleep(0.3)
     second = await q.claim("w2", lease_s=10)
     assert second is not None and second.worker == "w2" and second.attempts == 2
 

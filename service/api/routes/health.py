@@ -21,7 +21,7 @@ async def ready(services: ServicesDep) -> JSONResponse:
     checks = {"embedding_runner": services.embedder.runner.health(), "store": services.store.ping()}
     if services.reranker is not None:
         checks["rerank_runner"] = services.reranker.runner.health()
-    results = dict(zip(checks, await asyncio.gather(*checks.values())))
+    results = dict(zip(checks, await asyncio.gather(*checks.values()), strict=True))
     ok = all(results.values())
     return JSONResponse(
         {"status": "ready" if ok else "not_ready", "checks": {k: "ok" if v else "down" for k, v in results.items()}},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import uuid
@@ -101,6 +102,16 @@ def _json_spec(body: Any, services: Services) -> IngestSpec:
     return IngestSpec(**req.model_dump(exclude={"source"}), source=req.source)
 
 
+def _save(files: list[UploadFile], names: list[str], target: Path) -> None:
+    """Copy the spooled uploads under ``target`` (in a thread: it is disk I/O)."""
+    for f, rel in zip(files, names, strict=True):
+        path = target / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f.file.seek(0)
+        with open(path, "wb") as out:
+            shutil.copyfileobj(f.file, out, length=1 << 20)
+
+
 def _safe_name(filename: str) -> str:
     name = PurePosixPath(filename.replace("\\", "/").lstrip("/"))
     if not filename or "\x00" in filename or any(p in ("..", "") for p in name.parts) or not name.parts:
@@ -132,12 +143,7 @@ async def _store_uploads(form: FormData, services: Services, job_id: str) -> Ing
                                   param="files")
     target = services.settings.uploads_dir / job_id
     try:
-        for f, rel in zip(files, names):
-            path = target / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as out:
-                await f.seek(0)
-                shutil.copyfileobj(f.file, out, length=1 << 20)
+        await asyncio.to_thread(_save, files, names, target)
     except OSError:
         shutil.rmtree(target, ignore_errors=True)
         raise

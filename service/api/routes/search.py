@@ -42,7 +42,8 @@ async def search(body: SearchRequest, services: ServicesDep, raw_request: Reques
     )
     hits = [
         SearchHit(rank=i + 1, id=r.hit.id, doc_id=r.hit.doc_id, chunk_index=r.hit.chunk_index, text=r.hit.text,
-                  metadata=r.hit.metadata, location=r.hit.location, score=r.score, vector_score=r.hit.score, rerank_score=r.rerank_score)
+                  metadata=r.hit.metadata, location=r.hit.location, score=r.score, vector_score=r.hit.score,
+                  rerank_score=r.rerank_score)
         for i, r in enumerate(result.hits)
     ]
     return SearchResponse(collection=body.collection, query=query, reranked=result.reranked, mode=result.mode,

@@ -38,7 +38,7 @@ class JobOut(BaseModel):
     progress: JobProgress
 
     @classmethod
-    def of(cls, job: Job) -> "JobOut":
+    def of(cls, job: Job) -> JobOut:
         c = job.counts
         end = job.finished_at or time.time()
         elapsed = end - job.started_at if job.started_at else None

@@ -36,7 +36,9 @@ class RerankRequest(BaseModel):
         return [d if isinstance(d, str) else d.text for d in self.documents]
 
     def upstream_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"query": self.query, "documents": self.texts(), "return_documents": self.return_documents}
+        body: dict[str, Any] = {
+            "query": self.query, "documents": self.texts(), "return_documents": self.return_documents
+        }
         if self.top_n is not None:
             body["top_n"] = self.top_n
         if self.instruction is not None:

@@ -17,7 +17,7 @@ def _one(name: str, data: bytes):  # type: ignore[no-untyped-def]
 
 
 def test_text_keeps_everything() -> None:
-    doc = _one("notes/a.txt", "hello\nworld\n".encode())
+    doc = _one("notes/a.txt", b"hello\nworld\n")
     assert doc.doc_id == "notes/a.txt" and doc.sections[0].text == "hello\nworld\n"
 
 

@@ -19,7 +19,7 @@ def test_document_weights_are_bm25_term_frequency_saturation() -> None:
     cfg = SparseConfig(k1=1.2, b=0.75, avg_len=4)
     enc = Bm25Encoder(cfg)
     vec = enc.encode_document("gene gene protein cell")  # 4 terms = avg_len, so the length norm is k1
-    weights = dict(zip(vec.indices, vec.values))
+    weights = dict(zip(vec.indices, vec.values, strict=True))
     (gene,) = enc.encode_query("gene").indices
     (cell,) = enc.encode_query("cell").indices
     assert weights[gene] == pytest.approx(2 * 2.2 / (2 + 1.2))
