@@ -209,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collection", required=True)
     api(p)
     p.add_argument("--split", default="test")
-    p.add_argument("--mode", action="append", default=None, help="search mode(s) to evaluate")
+    p.add_argument("--mode", action="append", default=None,
+                   help="search mode(s) to evaluate: dense, sparse, hybrid, hybrid:rrf, hybrid:dbsf (repeatable)")
     p.add_argument("--rerank", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval)

@@ -73,13 +73,14 @@ class Limits(BaseModel):
 
 
 class SearchSettings(BaseModel):
-    """Hybrid search defaults. Tuned on SciFact's train split only (see docs/retrieval-quality.md)."""
+    """Hybrid search defaults: RRF with k and weights chosen by ``ragserve tune-fusion`` on SciFact's *train*
+    split only (docs/retrieval-quality.md); re-tune on your own data."""
 
     fusion: Literal["rrf", "dbsf"] = "rrf"
     prefetch_limit: int = Field(100, description="Candidates each of dense and sparse contributes to fusion.")
-    rrf_k: int = 60
+    rrf_k: int = Field(2, description="RRF rank constant (Qdrant's default is 2; the literature's 60).")
     dense_weight: float = 1.0
-    sparse_weight: float = 1.0
+    sparse_weight: float = 1.5
 
 
 class IndexerSettings(BaseModel):

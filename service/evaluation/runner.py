@@ -77,8 +77,10 @@ async def run_queries(
     async def one(qid: str, text: str) -> None:
         body: dict[str, Any] = {"collection": collection, "query": text, "top_k": top_k,
                                 "rerank": {"enabled": rerank}}
-        if mode is not None:
-            body["mode"] = mode
+        if mode is not None:  # "hybrid:dbsf" names a fusion too
+            body["mode"], _, fusion = mode.partition(":")
+            if fusion:
+                body["fusion"] = fusion
         async with slots:
             t = time.perf_counter()
             payload = _check(await client.post("/v1/search", json=body))
