@@ -13,6 +13,17 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 PLACEHOLDER_KEYS = {"changeme", "change-me", "secret", "test", "password", ""}
 
 
+def _comma_list(value: object) -> object:
+    """Lists in the environment are comma-separated (a JSON list is accepted too)."""
+    if isinstance(value, str):
+        if value.lstrip().startswith("["):
+            import json
+
+            return json.loads(value)
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
 class RunnerSettings(BaseModel):
     """Where the vLLM pooling runners listen and which checkpoints they serve."""
 
@@ -55,6 +66,9 @@ class QdrantSettings(BaseModel):
     api_key: SecretStr | None = None
     timeout_s: float = 10.0
     max_concurrency: int = 8
+    shard_number: int | None = Field(None, description="Shards per new collection (server; default: Qdrant's).")
+    replication_factor: int | None = Field(None, description="Copies of each shard (a Qdrant cluster).")
+    write_consistency_factor: int | None = Field(None, description="Replicas that must ack a write.")
 
 
 class Limits(BaseModel):
@@ -102,16 +116,21 @@ class IndexerSettings(BaseModel):
 class IngestSettings(BaseModel):
     """Where ingest jobs may read from."""
 
-    allowed_roots: list[Path] = Field(
+    allowed_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=list, description="Server-side folders a path source may read (none: uploads only)."
     )
-    url_allowlist: list[str] = Field(
+    url_allowlist: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Domains URL sources may fetch from ('example.com', '*.example.com')."
     )
     allow_private_networks: bool = Field(
         False, description="Let URL fetches reach loopback/private addresses (tests, trusted intranets only)."
     )
     max_file_bytes: int = Field(50_000_000, description="Largest file or fetched body.")
+
+    @field_validator("allowed_roots", "url_allowlist", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        return _comma_list(value)
     fetch_timeout_s: float = 20.0
     max_redirects: int = 3
 
@@ -144,9 +163,7 @@ class Settings(BaseSettings):
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [k.strip() for k in value.split(",") if k.strip()]
-        return value
+        return _comma_list(value)
 
     @field_validator("api_keys")
     @classmethod

@@ -76,6 +76,10 @@ def build_services(
         ),
         max_concurrency=q.max_concurrency,
         timeout_s=q.timeout_s,
+        topology=None if not q.url else {
+            "shard_number": q.shard_number, "replication_factor": q.replication_factor,
+            "write_consistency_factor": q.write_consistency_factor,
+        },
     )
     ss = settings.search
     search_service = SearchService(

@@ -167,13 +167,24 @@ class RunnerProcess:
 
 
 @contextmanager
-def running(specs: Sequence[RunnerSpec], *, log_dir: Path, timeout_s: float = 600.0) -> Iterator[list[RunnerProcess]]:
-    """Start every runner at once (start-up is mostly imports, so they overlap), wait, stop on exit."""
+def running(
+    specs: Sequence[RunnerSpec], *, log_dir: Path, timeout_s: float = 600.0, sequential: bool | None = None
+) -> Iterator[list[RunnerProcess]]:
+    """Start the runners, wait for their health, stop them on exit.
+
+    On a CPU host they start together (start-up is mostly imports, so it overlaps). On a GPU host they start
+    one after another: two vLLM processes profiling one GPU at once mis-size each other's KV cache, since
+    each sees the other's memory in flux (``--gpu-memory-utilization`` is a fraction of the whole GPU).
+    """
+    if sequential is None:
+        sequential = not vllm_is_cpu_build()
     processes = [RunnerProcess(s, log_dir) for s in specs]
     try:
+        deadline = time.monotonic() + timeout_s
         for p in processes:
             p.start()
-        deadline = time.monotonic() + timeout_s
+            if sequential:
+                p.wait_healthy(deadline)
         for p in processes:
             p.wait_healthy(deadline)
         yield processes

@@ -93,8 +93,11 @@ class Hit:
 
 
 class VectorStore:
-    def __init__(self, client: AsyncQdrantClient, *, max_concurrency: int = 8, timeout_s: float = 10.0):
+    def __init__(self, client: AsyncQdrantClient, *, max_concurrency: int = 8, timeout_s: float = 10.0,
+                 topology: dict[str, int] | None = None):
         self.client = client
+        self._topology = {k: v for k, v in (topology or {}).items() if v is not None}
+        """shard_number / replication_factor / write_consistency_factor for new collections (a server)."""
         self._slots = asyncio.Semaphore(max_concurrency)
         self._timeout_s = timeout_s
 
@@ -144,6 +147,7 @@ class VectorStore:
                     {SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)} if sparse else None
                 ),
                 metadata=metadata,
+                **self._topology,
             )
         )
         indexes = {"doc_id": "keyword", "source": "keyword", "content_hash": "keyword",

@@ -34,3 +34,11 @@ def test_embedded_store_path_defaults_under_data_dir(tmp_path) -> None:  # type:
 def test_unknown_profile_is_refused() -> None:
     with pytest.raises(ValidationError):
         Settings(profile="gpt")  # type: ignore[arg-type]
+
+
+def test_ingest_lists_are_comma_separated_or_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGSERVE_INGEST__URL_ALLOWLIST", "docs.example.com, *.example.org")
+    monkeypatch.setenv("RAGSERVE_INGEST__ALLOWED_ROOTS", '["/srv/docs", "/data"]')
+    s = Settings()
+    assert s.ingest.url_allowlist == ["docs.example.com", "*.example.org"]
+    assert [str(p) for p in s.ingest.allowed_roots] == ["/srv/docs", "/data"]
