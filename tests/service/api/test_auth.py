@@ -8,7 +8,8 @@ from tests.support.app import app_client
 PROTECTED = [
     ("GET", "/ready"), ("GET", "/metrics"), ("GET", "/v1/collections"), ("POST", "/v1/collections"),
     ("GET", "/v1/collections/x"), ("DELETE", "/v1/collections/x"), ("POST", "/v1/collections/x/documents"),
-    ("POST", "/v1/search"), ("POST", "/v1/embeddings"), ("POST", "/v1/rerank"),
+    ("POST", "/v1/search"), ("POST", "/v1/search/upload"), ("POST", "/v1/embeddings"), ("POST", "/v1/rerank"),
+    ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
 ]
 
 
