@@ -49,6 +49,8 @@ def test_serve_generates_and_prints_a_key(runners: RunnerURLs, tmp_path: Path) -
     finally:
         proc.terminate()
         proc.wait(30)
+        assert proc.stdout is not None
+        proc.stdout.close()  # else the pipe is closed by GC, a ResourceWarning (an error here)
 
 
 def test_demo_main_job(tmp_path: Path) -> None:
