@@ -89,12 +89,7 @@ def build_services(
         observe_stage=metrics.observe_stage,
     )
     writer = DocumentWriter(store, embedder, settings.limits)
-    f = settings.fetch
-    fetcher = SafeFetcher(
-        allowed_domains=f.allowed_domains, allowed_networks=f.allowed_networks, timeout_s=f.timeout_s,
-        connect_timeout_s=f.connect_timeout_s, max_redirects=f.max_redirects, max_concurrency=f.max_concurrency,
-        acquire_timeout_s=up.acquire_timeout_s, resolver=resolver,
-    )
+    fetcher = SafeFetcher.from_settings(settings.fetch, resolver=resolver, acquire_timeout_s=up.acquire_timeout_s)
     media = MediaService(settings.media, fetcher)
     services = Services(settings, profile, store, embedder, reranker, search_service, writer, metrics, fetcher, media)
     gs = settings.generation

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from service.config import FetchSettings
 from service.errors import Overloaded
 from service.security.addresses import AddressPolicy, IPAddress, literal_address, why_not_public
 from service.security.errors import (
@@ -107,6 +108,18 @@ class SafeFetcher:
             limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=0),
             headers={"Accept-Encoding": "identity", "User-Agent": "ragserve-fetch"},
             transport=transport,
+        )
+
+    @classmethod
+    def from_settings(
+        cls, settings: FetchSettings, *, resolver: Resolver | None = None, acquire_timeout_s: float = 5.0
+    ) -> SafeFetcher:
+        """The fetcher ``RAGSERVE_FETCH__*`` describes (the API and the indexer build theirs this way)."""
+        return cls(
+            allowed_domains=settings.allowed_domains, allowed_networks=settings.allowed_networks,
+            timeout_s=settings.timeout_s, connect_timeout_s=settings.connect_timeout_s,
+            max_redirects=settings.max_redirects, max_concurrency=settings.max_concurrency,
+            acquire_timeout_s=acquire_timeout_s, resolver=resolver,
         )
 
     async def aclose(self) -> None:

@@ -11,9 +11,9 @@ from service.api.cancellation import with_cancellation
 from service.api.deps import ApiKey, ServicesDep
 from service.api.schemas.chat import ChatCompletionRequest
 from service.api.schemas.errors import ERROR_RESPONSES
-from service.generation.chat import ChatHandler
 from service.api.state import Services
 from service.errors import BadRequest
+from service.generation.chat import ChatHandler
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
 

@@ -15,7 +15,6 @@ import time
 from typing import Any
 
 import httpx
-import pytest
 
 from service.config import Settings
 from tests.support.app import app_client

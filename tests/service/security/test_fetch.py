@@ -35,9 +35,11 @@ class ConnectionLog(httpx.AsyncHTTPTransport):
     def __init__(self) -> None:
         super().__init__()
         self.urls: list[str] = []
+        self.requests: list[httpx.Request] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.urls.append(str(request.url))
+        self.requests.append(request)
         return await super().handle_async_request(request)
 
 
@@ -114,6 +116,32 @@ async def test_a_name_is_resolved_once_and_the_checked_address_is_the_one_connec
     assert resolver.calls == ["images.example.test"]
     assert log.urls == [f"http://127.0.0.1:{_port(origin)}/a.png"]
     assert origin.requests == [("GET", "/a.png", f"images.example.test:{_port(origin)}")]  # Host kept
+
+
+async def test_https_is_pinned_too_while_tls_checks_the_name(origin: Origin) -> None:
+    """For https the connection goes to the checked address while the TLS server name (SNI, and so the
+    certificate check) and the Host header keep the name. The origin speaks plain HTTP, so the handshake
+    fails: what matters is what the fetcher asked for."""
+    resolver = MapResolver({"secure.example.test": ["127.0.0.1"]})
+    log = ConnectionLog()
+    fetcher = _fetcher(log, domains=["secure.example.test"], resolver=resolver)
+    with pytest.raises(FetchUnavailable, match="cannot fetch https://secure.example.test"):
+        await fetcher.fetch(f"https://secure.example.test:{_port(origin)}/a.png", max_bytes=1000)
+    (request,) = log.requests
+    assert str(request.url) == f"https://127.0.0.1:{_port(origin)}/a.png"
+    assert request.extensions["sni_hostname"] == "secure.example.test"
+    assert request.headers["host"] == f"secure.example.test:{_port(origin)}"
+
+
+async def test_an_ipv6_answer_is_pinned_in_brackets(origin: Origin) -> None:
+    resolver = MapResolver({"v6.example.test": ["::1"]})
+    log = ConnectionLog()
+    fetcher = _fetcher(log, domains=["v6.example.test"], networks=["::1/128"], resolver=resolver)
+    with pytest.raises(FetchUnavailable):  # the origin listens on 127.0.0.1 only
+        await fetcher.fetch(f"http://v6.example.test:{_port(origin)}/a.png", max_bytes=1000)
+    (request,) = log.requests
+    assert str(request.url) == f"http://[::1]:{_port(origin)}/a.png"
+    assert request.headers["host"] == f"v6.example.test:{_port(origin)}"
 
 
 @pytest.mark.parametrize(
@@ -258,3 +286,17 @@ async def test_error_status_and_unresolvable_host(origin: Origin) -> None:
     fetcher = _fetcher(ConnectionLog(), domains=["nowhere.example.test"], resolver=MapResolver({}))
     with pytest.raises(FetchUnavailable, match="cannot resolve host 'nowhere.example.test'"):
         await fetcher.fetch("http://nowhere.example.test/a.png", max_bytes=1000)
+
+
+async def test_built_from_settings(origin: Origin) -> None:
+    from service.config import FetchSettings
+
+    origin.answers["/a.png"] = Answer(body=PNG)
+    settings = FetchSettings(allowed_domains="127.0.0.1, .example.test", allowed_networks="127.0.0.1/32",
+                             timeout_s=4, max_redirects=1)
+    fetcher = SafeFetcher.from_settings(settings)
+    _OPEN.append(fetcher)
+    assert fetcher.allowed_domains == ["127.0.0.1", ".example.test"] and fetcher.max_redirects == 1
+    assert (await fetcher.fetch(f"{origin.url}/a.png", max_bytes=1000)).content == PNG
+    with pytest.raises(ValueError, match="does not appear to be an IPv4 or IPv6 network"):
+        FetchSettings(allowed_networks="not-a-cidr")
