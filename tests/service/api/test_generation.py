@@ -19,6 +19,7 @@ import httpx
 from service.config import Settings
 from tests.support.app import app_client
 from tests.support.images import data_url, raster
+from tests.support.origin import Answer, running_origin
 from tests.support.recording import RecordingTransport
 from tests.support.runners import VLRunner
 from tests.support.server import live_server
@@ -156,6 +157,7 @@ async def test_without_the_extension_it_is_a_plain_proxy(vl_settings: Settings) 
     async with app_client(vl_settings, transports={"generate": recorder}) as client:
         r = await client.post("/v1/chat/completions", json=request)
         models = await client.get("/v1/models")
+        ready = await client.get("/ready")
         unauthenticated = await client.post("/v1/chat/completions", json=request, headers={"Authorization": ""})
     assert r.status_code == 200, r.text
     body = r.json()
@@ -167,6 +169,7 @@ async def test_without_the_extension_it_is_a_plain_proxy(vl_settings: Settings) 
     assert body["choices"] == answered["choices"]
     assert [m["id"] for m in models.json()["data"]] == ["Qwen/Qwen3-VL-2B-Instruct", "tenant-a"]
     assert unauthenticated.status_code == 401
+    assert ready.status_code == 200 and ready.json()["checks"]["generation_runner"] == "ok"
 
 
 async def test_a_request_picks_a_lora_adapter_by_model_name(vl_settings: Settings, vl_runner: VLRunner) -> None:
@@ -237,3 +240,22 @@ async def test_client_disconnect_aborts_the_generation(vl_settings: Settings, vl
     assert after["running"] == 0, "vLLM is still generating for a client that left"
     assert after["finished_by_length"] == before["finished_by_length"], "the generation ran to max_tokens"
     assert after["tokens"] - before["tokens"] < max_tokens
+
+
+async def test_the_runner_itself_fetches_nothing(vl_runner: VLRunner) -> None:
+    """Defence in depth: even a request that reached the runner without ragserve could not make vLLM
+    fetch a URL or read a file (started with the launcher's --allowed-media-domains and no local path)."""
+    with running_origin() as origin:
+        origin.answers["/photo.png"] = Answer(body=PHOTO, headers={"content-type": "image/png"})
+        origin.answers["/hop"] = Answer(status=302, headers={"location": "http://ragserve.invalid/x.png"})
+        async with httpx.AsyncClient(base_url=vl_runner.url, timeout=60) as client:
+            answers = [
+                await client.post("/v1/chat/completions", json={
+                    "model": "Qwen/Qwen3-VL-2B-Instruct", "max_tokens": 2,
+                    "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]})
+                for url in (f"{origin.url}/photo.png", f"{origin.url}/hop", "file:///etc/passwd")
+            ]
+        assert [a.status_code for a in answers[:2]] == [400, 400], [a.text for a in answers]
+        assert "allowed domains" in answers[0].text
+        assert answers[2].status_code >= 400 and "allowed-local-media-path" in answers[2].text  # vLLM says 500
+        assert origin.requests == []
