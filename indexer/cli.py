@@ -115,7 +115,8 @@ def run_worker() -> None:
         services = build_services(settings, Metrics())
         stop = asyncio.Event()
         try:
-            await Worker(services.jobs, services.store, services.embedder, settings).run_forever(stop)
+            worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher)
+            await worker.run_forever(stop)
         finally:
             await services.aclose()
 

@@ -18,29 +18,49 @@ from contextlib import suppress
 from pathlib import Path
 
 from indexer.chunking import Chunker
-from indexer.pipeline import Pipeline
+from indexer.documents import FileError, SourceFile
+from indexer.pipeline import Pipeline, UrlFetcher
 from indexer.queue import Job, JobCancelled, JobQueue
 from indexer.sources import SourceError
 from indexer.tokenizer import load_tokenizer, tokenizer_source
 from service.clients.embeddings import EmbeddingClient
 from service.config import Settings
 from service.errors import RagserveError
+from service.security.fetch import SafeFetcher
 from service.store.qdrant import VectorStore
 
 log = logging.getLogger("ragserve.worker")
 
 
 class Worker:
-    def __init__(self, queue: JobQueue, store: VectorStore, embedder: EmbeddingClient, settings: Settings) -> None:
+    def __init__(self, queue: JobQueue, store: VectorStore, embedder: EmbeddingClient, settings: Settings,
+                 fetcher: SafeFetcher) -> None:
+        """``fetcher`` reads URL sources under ``RAGSERVE_FETCH__*`` (the caller owns and closes it)."""
         self.queue = queue
         self.settings = settings
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._loop: asyncio.AbstractEventLoop | None = None
         tokenizer = load_tokenizer(tokenizer_source(settings))
 
         def chunker(size: int | None, overlap: int) -> Chunker:
             return Chunker(tokenizer, window=embedder.truncate_tokens, size=size, overlap=overlap)
 
-        self.pipeline = Pipeline(store, embedder, queue, settings, chunker)
+        self.pipeline = Pipeline(store, embedder, queue, settings, chunker, self._url_reader(fetcher))
+
+    def _url_reader(self, fetcher: SafeFetcher) -> UrlFetcher:
+        """A blocking fetch for the pipeline's reader thread, run on this worker's event loop."""
+        max_bytes = self.settings.ingest.max_file_bytes
+
+        def read(url: str) -> SourceFile | FileError:
+            assert self._loop is not None, "set by run_once before the pipeline reads"
+            future = asyncio.run_coroutine_threadsafe(fetcher.fetch(url, max_bytes=max_bytes), self._loop)
+            try:
+                fetched = future.result()
+            except RagserveError as exc:
+                return FileError(url, exc.message)
+            return SourceFile(url, fetched.content, fetched.content_type)
+
+        return read
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         log.info("worker %s polling %s", self.id, type(self.queue).__name__)
@@ -51,6 +71,7 @@ class Worker:
 
     async def run_once(self) -> bool:
         """Claim and run one job; False when there was none."""
+        self._loop = asyncio.get_running_loop()
         lease = self.settings.indexer.lease_s
         job = await self.queue.claim(self.id, lease)
         if job is None:

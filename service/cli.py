@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -97,8 +98,9 @@ def cmd_runners_up(args: argparse.Namespace) -> None:
     settings = _settings(args)
     specs = runner_specs(settings)
     if args.print_only:
-        for s in specs:
-            print(" ".join(s.command()))
+        for s in specs:  # copy-pasteable: quoted, with the environment each runner needs
+            env = [f"{k}={v}" for k, v in s.env.items()]
+            print(shlex.join(["env", *env, *s.command()] if env else s.command()))
         return
     print(f"starting {len(specs)} runner(s) for profile '{settings.profile}'...", flush=True)
     with running(specs, log_dir=settings.data_dir / "logs", timeout_s=settings.runners.startup_timeout_s) as procs:
@@ -228,11 +230,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     # SIGTERM unwinds like Ctrl-C, so the runners' context managers stop their processes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    from service.runners.launcher import RunnerConfigError, RunnerStartError
+
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
     except KeyboardInterrupt:
         print("stopping.", file=sys.stderr)
+    except (RunnerConfigError, RunnerStartError) as exc:
+        print(f"ragserve: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

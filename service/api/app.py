@@ -15,15 +15,20 @@ from service import __version__
 from service.api.errors import install_error_handlers
 from service.api.limits import BodySizeLimit
 from service.api.metrics import Metrics, MetricsMiddleware
-from service.api.routes import collections, health, ingest, passthrough, search
+from service.api.routes import chat, collections, health, ingest, passthrough, search
 from service.api.state import Services
 from service.clients.embeddings import EmbeddingClient
+from service.clients.generation import GenerationClient
 from service.clients.rerank import RerankClient
 from service.clients.runner import RunnerClient
 from service.config import Settings
 from service.documents.writer import DocumentWriter
-from service.profiles import get_profile
+from service.generation.chat import ChatHandler
+from service.generation.image_query import ImageQueryWriter
+from service.media.service import MediaService
+from service.profiles import get_profile, resolve_generator
 from service.search.service import SearchService
+from service.security.fetch import Resolver, SafeFetcher
 from service.store.qdrant import Fusion, VectorStore, open_client
 
 
@@ -33,17 +38,21 @@ def _window(model_max: int, settings: Settings) -> int:
 
 
 def build_services(
-    settings: Settings, metrics: Metrics, transports: Mapping[str, httpx.AsyncBaseTransport] | None = None
+    settings: Settings,
+    metrics: Metrics,
+    transports: Mapping[str, httpx.AsyncBaseTransport] | None = None,
+    resolver: Resolver | None = None,
 ) -> Services:
-    """Create every client. ``transports`` (tests only) replaces the network edge of a runner client."""
+    """Create every client. ``transports`` (tests only) replaces the network edge of a runner client;
+    ``resolver`` (tests only) replaces the DNS edge of the URL fetcher."""
     transports = transports or {}
     profile = get_profile(settings.profile)
     up = settings.upstream
 
-    def runner(name: str, url: str, timeout_s: float) -> RunnerClient:
+    def runner(name: str, url: str, timeout_s: float, max_concurrency: int | None = None) -> RunnerClient:
         return RunnerClient(
             name, url, timeout_s=timeout_s, connect_timeout_s=up.connect_timeout_s,
-            max_concurrency=up.max_concurrency, acquire_timeout_s=up.acquire_timeout_s,
+            max_concurrency=max_concurrency or up.max_concurrency, acquire_timeout_s=up.acquire_timeout_s,
             retries=up.retries, backoff_s=up.backoff_s, transport=transports.get(name),
         )
 
@@ -88,8 +97,27 @@ def build_services(
         fusion=Fusion(ss.fusion, ss.prefetch_limit, ss.rrf_k, ss.dense_weight, ss.sparse_weight),
     )
     writer = DocumentWriter(store, embedder, settings.limits)
+    fetcher = SafeFetcher.from_settings(settings.fetch, resolver=resolver, acquire_timeout_s=up.acquire_timeout_s)
+    media = MediaService(settings.media, fetcher)
     jobs = SqliteJobQueue(settings.job_db_path)
-    return Services(settings, profile, store, embedder, reranker, search_service, writer, metrics, jobs)
+    services = Services(
+        settings, profile, store, embedder, reranker, search_service, writer, metrics, jobs, fetcher, media
+    )
+    gs = settings.generation
+    model = resolve_generator(profile, enabled=gs.enabled, model=gs.model)
+    if model is not None:
+        services.generator = GenerationClient(
+            runner("generate", settings.runners.generate_url, gs.timeout_s, gs.max_concurrency), model,
+            adapters=gs.lora_adapters,
+        )
+        services.image_queries = ImageQueryWriter(
+            services.generator, max_tokens=gs.query_max_tokens, max_chars=settings.limits.max_query_chars
+        )
+        services.chat = ChatHandler(
+            services.generator, media, search_service, services.image_queries, settings,
+            observe_stage=metrics.observe_stage,
+        )
+    return services
 
 
 def create_app(
@@ -97,6 +125,7 @@ def create_app(
     *,
     transports: Mapping[str, httpx.AsyncBaseTransport] | None = None,
     with_worker: bool = False,
+    resolver: Resolver | None = None,
 ) -> FastAPI:
     """The API. ``with_worker`` also runs an indexing worker in this process: the way to use the embedded
     store, which only one process may open."""
@@ -106,13 +135,13 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
-        services = build_services(settings, metrics, transports)
+        services = build_services(settings, metrics, transports, resolver)
         worker_task = None
         stop = asyncio.Event()
         if with_worker:
             from indexer.worker import Worker
 
-            worker = Worker(services.jobs, services.store, services.embedder, settings)
+            worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher)
             worker_task = asyncio.create_task(worker.run_forever(stop), name="ragserve-worker")
         try:
             yield {"services": services}
@@ -127,12 +156,13 @@ def create_app(
     app = FastAPI(
         title="ragserve",
         version=__version__,
-        description="Retrieval for chat apps: vLLM embedding + reranker runners over Qdrant.",
+        description="Retrieval for chat apps: vLLM embedding + reranker runners over Qdrant, and grounded "
+        "answers (text and image) from a vLLM vision-language runner.",
         lifespan=lifespan,
     )
     app.state.metrics = metrics
     install_error_handlers(app)
-    for router in (health.router, collections.router, ingest.router, search.router, passthrough.router):
+    for router in (health.router, collections.router, ingest.router, search.router, passthrough.router, chat.router):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes,
                        upload_max_bytes=settings.limits.max_upload_bytes)

@@ -7,11 +7,16 @@ from dataclasses import dataclass
 from indexer.queue import JobQueue
 from service.api.metrics import Metrics
 from service.clients.embeddings import EmbeddingClient
+from service.clients.generation import GenerationClient
 from service.clients.rerank import RerankClient
 from service.config import Settings
 from service.documents.writer import DocumentWriter
+from service.generation.chat import ChatHandler
+from service.generation.image_query import ImageQueryWriter
+from service.media.service import MediaService
 from service.profiles import Profile
 from service.search.service import SearchService
+from service.security.fetch import SafeFetcher
 from service.store.qdrant import VectorStore
 
 
@@ -26,10 +31,19 @@ class Services:
     writer: DocumentWriter
     metrics: Metrics
     jobs: JobQueue
+    fetcher: SafeFetcher
+    media: MediaService
+    generator: GenerationClient | None = None
+    """None when the deployment serves no generation model; so are the two below."""
+    image_queries: ImageQueryWriter | None = None
+    chat: ChatHandler | None = None
 
     async def aclose(self) -> None:
         await self.jobs.close()
         await self.embedder.runner.aclose()
         if self.reranker is not None:
             await self.reranker.runner.aclose()
+        if self.generator is not None:
+            await self.generator.runner.aclose()
+        await self.fetcher.aclose()
         await self.store.aclose()

@@ -11,8 +11,11 @@ fails with :class:`~service.errors.Overloaded` (429) instead of queueing without
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -88,6 +91,63 @@ class RunnerClient:
             )
         finally:
             self._slots.release()
+
+    @asynccontextmanager
+    async def stream_post(
+        self, path: str, body: dict[str, Any], *, timeout_s: float | None = None
+    ) -> AsyncIterator[httpx.Response]:
+        """POST ``body`` and hold the streamed answer open (and one slot taken) for the ``async with`` block.
+
+        A 4xx/5xx answer raises the same :class:`UpstreamError` as :meth:`post_json`, before the block runs,
+        so the caller can still answer in the error envelope. Streams are not retried. Leaving the block
+        (also by cancellation, when the client went away) closes the connection, which makes vLLM abort
+        the request and free its slot in the batch.
+        """
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self._acquire_timeout_s)
+        except asyncio.TimeoutError:
+            raise Overloaded(
+                f"too many requests in flight to the {self.name} runner", retry_after_s=1.0
+            ) from None
+        try:
+            timeout = httpx.Timeout(timeout_s or self.timeout_s, connect=self._connect_timeout_s)
+            request = self._http.build_request("POST", path, json=body, timeout=timeout)
+            try:
+                response = await self._http.send(request, stream=True)
+            except httpx.TimeoutException as exc:
+                raise UpstreamTimeout(self.name, f"no answer within {timeout_s or self.timeout_s:g}s") from exc
+            except httpx.TransportError as exc:
+                raise UpstreamUnavailable(self.name, f"cannot connect ({type(exc).__name__})") from exc
+            try:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise _status_error(self.name, response, _retry_after(response))
+                yield response
+            finally:
+                await response.aclose()
+        finally:
+            self._slots.release()
+
+    async def sse_events(self, response: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
+        """The ``data:`` events of a server-sent-events answer as ``(raw, decoded)``; ends at ``[DONE]``.
+
+        Errors while reading become :class:`UpstreamTimeout` / :class:`UpstreamUnavailable`.
+        """
+        try:
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                raw = line[5:].strip()
+                if raw == "[DONE]":
+                    return
+                try:
+                    yield raw, json.loads(raw)
+                except ValueError as exc:
+                    raise UpstreamError(self.name, "streamed an event that is not JSON") from exc
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeout(self.name, "stopped streaming (read timeout)") from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamUnavailable(self.name, f"stream broken ({type(exc).__name__})") from exc
 
     async def _post_with_retries(
         self, path: str, body: dict[str, Any], *, idempotent: bool, timeout_s: float

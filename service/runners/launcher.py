@@ -24,11 +24,21 @@ from urllib.parse import urlparse
 import httpx
 
 from service.config import Settings
-from service.profiles import Profile, default_checkpoint, get_profile
+from service.profiles import Profile, default_checkpoint, get_profile, resolve_generator
+from service.runners.vl_site import default_site_dir
 
 
 class RunnerStartError(RuntimeError):
     pass
+
+
+class RunnerConfigError(ValueError):
+    """Settings that would start a runner vLLM cannot run as asked (refused before anything starts)."""
+
+
+MEDIA_DOMAIN_NOBODY = "ragserve.invalid"
+"""The one domain vLLM's own media fetching admits: ``.invalid`` never resolves (RFC 2606), and an empty
+``--allowed-media-domains`` would admit every domain. ragserve hands the generator data URLs only."""
 
 
 def vllm_is_cpu_build() -> bool:
@@ -49,6 +59,8 @@ class RunnerSpec:
     port: int
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    requires: list[Path] = field(default_factory=list)
+    """Paths that must exist before the runner can start (checked by :class:`RunnerProcess`)."""
 
     @property
     def url(self) -> str:
@@ -96,7 +108,73 @@ def runner_specs(settings: Settings, profile: Profile | None = None, *, cpu: boo
             rr_args += ["--chat-template", str(template)]
         specs.append(RunnerSpec("rerank", rs.rerank_model_path or default_checkpoint(rr), rr.name, rs.host,
                                 _port(rs.rerank_url), rr_args, env))
+    generator = generator_spec(settings, profile, cpu=cpu)
+    if generator is not None:
+        specs.append(generator)
+    if not cpu:
+        _check_gpu_share(settings, pooling=len(specs) - (generator is not None), generator=generator is not None)
     return specs
+
+
+MAX_GPU_SHARE = 0.95
+
+
+def _check_gpu_share(settings: Settings, *, pooling: int, generator: bool) -> None:
+    """Every runner claims its fraction of the same GPU at start-up; together they must fit."""
+    share = pooling * settings.runners.gpu_memory_utilization
+    share += settings.generation.gpu_memory_utilization if generator else 0.0
+    if share > MAX_GPU_SHARE:
+        raise RunnerConfigError(
+            f"the runners would claim {share:.2f} of the GPU's memory ({pooling} × "
+            f"RAGSERVE_RUNNERS__GPU_MEMORY_UTILIZATION={settings.runners.gpu_memory_utilization:g}"
+            + (f" + RAGSERVE_GENERATION__GPU_MEMORY_UTILIZATION={settings.generation.gpu_memory_utilization:g}"
+               if generator else "")
+            + f"); keep the sum at or below {MAX_GPU_SHARE}"
+        )
+
+
+def generator_spec(settings: Settings, profile: Profile, *, cpu: bool) -> RunnerSpec | None:
+    """The vLLM chat server for the profile's vision-language model, with its memory and safety knobs.
+
+    Each flag is explained, with its measured effect, in ``deploy/generation.md``.
+    """
+    gs, rs, media = settings.generation, settings.runners, settings.media
+    model = resolve_generator(profile, enabled=gs.enabled, model=gs.model)
+    if model is None:
+        return None
+    if gs.lora_adapters and gs.speculative_config:
+        raise RunnerConfigError(
+            "LoRA adapters and speculative decoding cannot be combined on the generation runner: vLLM does "
+            "not support them together. Unset RAGSERVE_GENERATION__SPECULATIVE_CONFIG or the adapters."
+        )
+    side = media.max_image_side
+    mm_limits = {"image": {"count": media.max_images_per_request, "width": side, "height": side}, "video": 0}
+    args = [
+        "--disable-uvicorn-access-log",
+        "--max-model-len", str(min(model.max_tokens, gs.max_model_len)),
+        "--limit-mm-per-prompt", json.dumps(mm_limits),
+        "--mm-processor-cache-gb", f"{gs.mm_processor_cache_gb:g}",
+        "--allowed-media-domains", MEDIA_DOMAIN_NOBODY,
+    ]
+    env = {"VLLM_MEDIA_URL_ALLOW_REDIRECTS": "0", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "0"}
+    requires: list[Path] = []
+    if cpu:
+        args += ["--enforce-eager", "--dtype", "float32"]
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(gs.cpu_kvcache_gib)
+        # vLLM's Qwen-VL code needs torchvision, whose PyPI wheel breaks the CPU torch inside the venv:
+        # a patched copy lives beside it and is put on this runner's path only (deploy/local/setup.sh).
+        site = gs.cpu_extra_site or default_site_dir()
+        requires.append(site / "torchvision")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    else:
+        args += ["--gpu-memory-utilization", f"{gs.gpu_memory_utilization:g}"]
+    if gs.lora_adapters:
+        args += ["--enable-lora", "--max-loras", str(gs.max_loras), "--max-lora-rank", str(gs.max_lora_rank),
+                 "--lora-modules", *(f"{name}={path}" for name, path in gs.lora_adapters.items())]
+    if gs.speculative_config:
+        args += ["--speculative-config", json.dumps(gs.speculative_config)]
+    return RunnerSpec("generate", rs.generate_model_path or model.name, model.name, rs.host,
+                      _port(rs.generate_url), args, env, requires)
 
 
 def _port(url: str) -> int:
@@ -124,6 +202,12 @@ class RunnerProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        for path in self.spec.requires:
+            if not path.exists():
+                raise RunnerStartError(
+                    f"{self.spec.name} runner needs {path}, which is missing: run deploy/local/setup.sh "
+                    "(or `python -m service.runners.vl_site install`)"
+                )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed with it
         self.process = subprocess.Popen(

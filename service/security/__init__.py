@@ -1,1 +1,1 @@
-"""Security helpers shared by the API and the indexer (allowlists, safe fetching)."""
+"""Security helpers shared by the API and the indexer: allowlists and SSRF-safe fetching."""

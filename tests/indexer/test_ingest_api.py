@@ -241,3 +241,39 @@ async def test_a_batch_that_keeps_failing_is_retried_then_recorded_per_document(
     (err,) = job["errors"]
     assert err["item"] == "bad.txt" and "not indexed after 2 tries" in err["error"]
     assert stored == {"good1.txt", "good2.txt"}
+
+
+async def test_url_sources_are_fetched_under_the_fetch_rules(settings: Settings) -> None:
+    """URL sources go through the SSRF-safe fetcher: allowlisted names only, resolved addresses checked,
+    redirects to other hosts refused per URL while the others index."""
+    from tests.support.dns import MapResolver
+    from tests.support.origin import Answer, running_origin
+
+    resolver = MapResolver({"docs.example.test": ["127.0.0.1"], "evil.example.test": ["10.0.0.5"]})
+    settings.fetch.allowed_domains = ["docs.example.test"]
+    settings.fetch.allowed_networks = ["127.0.0.1/32"]
+    with running_origin() as origin:
+        port = origin.url.rsplit(":", 1)[1]
+        base = f"http://docs.example.test:{port}"
+        origin.answers["/guide.md"] = Answer(body=b"# Guide\nKayaks are paddled with a double-bladed paddle.\n",
+                                             headers={"content-type": "text/markdown"})
+        origin.answers["/page"] = Answer(body=FILES["page.html"], headers={"content-type": "text/html"})
+        origin.answers["/moved"] = Answer(status=302, headers={"location": f"http://evil.example.test:{port}/x"})
+        async with app_client(settings, with_worker=True, resolver=resolver) as client:
+            await client.post("/v1/collections", json={"name": "docs"})
+            refused = await client.post("/v1/collections/docs/ingest", json={
+                "source": {"kind": "url", "urls": [f"http://other.example.test:{port}/a"]}})
+            loopback = await client.post("/v1/collections/docs/ingest", json={
+                "source": {"kind": "url", "urls": [f"http://127.0.0.1:{port}/guide.md"]}})
+            r = await client.post("/v1/collections/docs/ingest", json={
+                "source": {"kind": "url", "urls": [f"{base}/guide.md", f"{base}/page", f"{base}/moved"]}})
+            assert r.status_code == 202, r.text
+            job = await wait_for_job(client, r.json()["id"])
+            hits = {h["doc_id"] for h in await _search(client, "paddle a kayak")}
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "url_not_allowed"
+    assert loopback.status_code == 400  # a literal address is not an allowlisted name
+    assert job["state"] == "succeeded" and job["counts"]["documents_indexed"] == 2, job
+    assert hits == {f"{base}/guide.md", f"{base}/page"}
+    (err,) = job["errors"]
+    assert err["item"] == f"{base}/moved" and "redirect" in err["error"]
+    assert sorted(origin.paths()) == ["/guide.md", "/moved", "/page"]  # nothing else was requested

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -53,6 +55,8 @@ def _serve_checks(proc: subprocess.Popen[str], port: int) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+        assert proc.stdout is not None
+        proc.stdout.close()  # else the pipe is closed by GC, a ResourceWarning (an error here)
 
 
 def test_demo_main_job(tmp_path: Path) -> None:
@@ -68,3 +72,22 @@ def test_demo_main_job(tmp_path: Path) -> None:
     assert "indexed 16 documents into 'sample'" in out
     assert re.search(r"1\. \[[0-9.]+\] photosynthesis:", out), out
     assert re.search(r"API key: rs-\S+", out)
+
+
+def test_runners_up_print_only_is_copy_pasteable_and_refuses_bad_combinations(tmp_path: Path) -> None:
+    env = {**os.environ, "RAGSERVE_PROFILE": "qwen3", "RAGSERVE_DATA_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "service.cli", "runners", "up", "--print-only"], env=env,
+                         text=True, capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    generator = shlex.split(out.stdout.splitlines()[-1])
+    assert generator[:3] == ["env", "VLLM_MEDIA_URL_ALLOW_REDIRECTS=0", "VLLM_ALLOW_RUNTIME_LORA_UPDATING=0"]
+    assert "Qwen/Qwen3-VL-2B-Instruct" in generator
+    limits = generator[generator.index("--limit-mm-per-prompt") + 1]
+    assert json.loads(limits)["image"] == {"count": 1, "width": 896, "height": 896}
+    env["RAGSERVE_GENERATION__LORA_ADAPTERS"] = '{"tenant-a": "/adapters/a"}'
+    env["RAGSERVE_GENERATION__SPECULATIVE_CONFIG"] = '{"method": "ngram", "num_speculative_tokens": 2}'
+    bad = subprocess.run([sys.executable, "-m", "service.cli", "runners", "up"], env=env, text=True,
+                         capture_output=True, timeout=60)
+    assert bad.returncode == 2
+    assert "LoRA adapters and speculative decoding cannot be combined" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -9,6 +9,7 @@ import httpx
 
 from service.api.app import create_app
 from service.config import Settings
+from service.security.fetch import Resolver
 
 API_KEY = "test-key-0123456789abcdef"
 
@@ -20,8 +21,9 @@ async def app_client(
     transports: Mapping[str, httpx.AsyncBaseTransport] | None = None,
     api_key: str | None = API_KEY,
     with_worker: bool = False,
+    resolver: Resolver | None = None,
 ) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings, transports=transports, with_worker=with_worker)
+    app = create_app(settings, transports=transports, with_worker=with_worker, resolver=resolver)
     async with app.router.lifespan_context(app) as state:
 
         async def asgi(scope, receive, send):  # type: ignore[no-untyped-def]

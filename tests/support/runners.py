@@ -18,3 +18,11 @@ class RunnerURLs:
     qwen3_rerank: str
     minilm_embed: str
     max_model_len: int
+
+
+@dataclass(frozen=True)
+class VLRunner:
+    url: str
+    lora_name: str
+    lora_path: str
+    max_model_len: int

@@ -21,6 +21,8 @@ async def ready(services: ServicesDep) -> JSONResponse:
     checks = {"embedding_runner": services.embedder.runner.health(), "store": services.store.ping()}
     if services.reranker is not None:
         checks["rerank_runner"] = services.reranker.runner.health()
+    if services.generator is not None:
+        checks["generation_runner"] = services.generator.health()
     results = dict(zip(checks, await asyncio.gather(*checks.values()), strict=True))
     ok = all(results.values())
     return JSONResponse(

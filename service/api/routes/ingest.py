@@ -21,7 +21,6 @@ from service.api.schemas.errors import ERROR_RESPONSES
 from service.api.schemas.jobs import IngestRequest, JobList, JobOut
 from service.api.state import Services
 from service.errors import BadRequest, Forbidden, InvalidInput, NotFound, PayloadTooLarge
-from service.security.allowlist import host_allowed
 
 router = APIRouter(tags=["ingest"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
 
@@ -46,6 +45,9 @@ async def ingest(request: Request, services: ServicesDep, name: str = Collection
         spec = await _uploads(request, services, job_id)
     else:
         spec = _json_spec(await _json_body(request), services)
+        if isinstance(spec.source, UrlSource):
+            for url in spec.source.urls:  # refuse what the worker would refuse, before queueing anything
+                await services.fetcher.check(url)
     job = await services.jobs.submit(name, spec.model_dump(mode="json"), job_id=job_id)
     return JobOut.of(job)
 
@@ -94,11 +96,6 @@ def _json_spec(body: Any, services: Services) -> IngestSpec:
         if not path.exists():
             raise InvalidInput(f"path {req.source.path!r} does not exist", code="path_not_found", param="source.path")
         req.source.path = str(path.resolve())
-    elif isinstance(req.source, UrlSource):
-        for url in req.source.urls:
-            if not host_allowed(url, ingest.url_allowlist):
-                raise Forbidden(f"URL {url!r} is not http(s) on an allowlisted domain (RAGSERVE_INGEST__URL_ALLOWLIST)",
-                                code="url_not_allowed", param="source.urls")
     return IngestSpec(**req.model_dump(exclude={"source"}), source=req.source)
 
 

@@ -1,12 +1,20 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
 from service.api.cancellation import with_cancellation
 from service.api.deps import ApiKey, ServicesDep
 from service.api.schemas.errors import ERROR_RESPONSES
-from service.api.schemas.search import SearchHit, SearchRequest, SearchResponse
-from service.errors import InvalidInput
+from service.api.schemas.search import ImageInfo, SearchHit, SearchRequest, SearchResponse
+from service.api.state import Services
+from service.errors import BadRequest, InvalidInput
+from service.media.errors import ImageTooLarge
+from service.media.service import ImageInput
 from service.search.filters import build_filter
 from service.search.service import SearchQuery
 
@@ -16,15 +24,62 @@ router = APIRouter(prefix="/v1", tags=["search"], dependencies=[ApiKey], respons
 @router.post("/search", summary="Embed the query, search a collection, rerank; ranked context for a chat app")
 @with_cancellation
 async def search(body: SearchRequest, services: ServicesDep, raw_request: Request) -> SearchResponse:
+    image = ImageInput(param="image.url", url=body.image.url) if body.image is not None else None
+    return await _search(body, image, services)
+
+
+@router.post(
+    "/search/upload",
+    summary="/v1/search with an uploaded image: multipart fields `request` (the JSON body) and `image` (a file)",
+)
+@with_cancellation
+async def search_upload(
+    request: Annotated[str, Form(description="The /v1/search JSON body, without `image`.")],
+    image: UploadFile,
+    services: ServicesDep,
+    raw_request: Request,
+) -> SearchResponse:
+    try:
+        body = SearchRequest.model_validate_json(request)
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", "request", *e.get("loc", ()))} for e in exc.errors(include_url=False)]
+        ) from exc
+    if body.image is not None:
+        raise InvalidInput("send the image either as the upload or as image.url, not both", param="image")
+    limit = services.settings.media.max_image_bytes
+    data = await image.read(limit + 1)
+    if len(data) > limit:
+        raise ImageTooLarge(f"the uploaded image is over {limit} bytes", param="image")
+    return await _search(body, ImageInput(param="image", data=data), services)
+
+
+async def _search(body: SearchRequest, image: ImageInput | None, services: Services) -> SearchResponse:
     limits = services.settings.limits
-    query = body.query.strip()
-    if not query:
-        raise InvalidInput("query is empty", code="empty_query", param="query")
+    query = (body.query or "").strip()
+    if not query and image is None:
+        raise InvalidInput("query is empty (send a query, an image, or both)", code="empty_query", param="query")
     if len(query) > limits.max_query_chars:
         raise InvalidInput(f"query is longer than {limits.max_query_chars} characters", code="query_too_long",
                            param="query")
     if body.top_k > limits.max_top_k:
         raise InvalidInput(f"top_k is over {limits.max_top_k}", code="top_k_too_large", param="top_k")
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    generated = info = None
+    if image is not None:
+        if services.image_queries is None:
+            raise BadRequest("this deployment serves no generation model, so it cannot search with an image",
+                             code="generation_not_configured", param=image.param)
+        prepared = await services.media.prepare(image)
+        timings["image"] = _ms(started)
+        t = time.perf_counter()
+        written = await services.image_queries.write(prepared, query)
+        timings["image_query"] = _ms(t)
+        services.metrics.observe_stage("image_query", time.perf_counter() - t)
+        query, generated = written.retrieval_query, written.generated
+        info = ImageInfo(format=prepared.source_format, width=prepared.width, height=prepared.height,
+                         source_width=prepared.source_width, source_height=prepared.source_height)
     rerank = body.rerank
     result = await services.search.search(
         SearchQuery(
@@ -46,6 +101,11 @@ async def search(body: SearchRequest, services: ServicesDep, raw_request: Reques
                   rerank_score=r.rerank_score)
         for i, r in enumerate(result.hits)
     ]
-    return SearchResponse(collection=body.collection, query=query, reranked=result.reranked, mode=result.mode,
-                          hits=hits,
-                          timings_ms=result.timings_ms)
+    if image is not None:
+        result.timings_ms = {**timings, **result.timings_ms, "total": _ms(started)}
+    return SearchResponse(collection=body.collection, query=query, generated_query=generated, image=info,
+                          reranked=result.reranked, mode=result.mode, hits=hits, timings_ms=result.timings_ms)
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)

@@ -17,11 +17,22 @@ class RerankOptions(BaseModel):
     instruction: str | None = Field(None, max_length=1000, description="Reranker instruction for this query.")
 
 
+class SearchImage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(description="A data: URL (base64) or an http(s) URL ragserve fetches under its allowlist.")
+
+
 class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     collection: str = Field(pattern=COLLECTION_NAME)
-    query: str = Field(min_length=1, description="The user's question or search text.")
+    query: str | None = Field(
+        None, min_length=1, description="The user's question or search text (optional with an image)."
+    )
+    image: SearchImage | None = Field(
+        None, description="An image to search with: the VL model writes the query from it (and the text)."
+    )
     top_k: int = Field(10, ge=1, description="Hits to return.")
     filter: dict[str, Any] | None = Field(
         None,
@@ -59,10 +70,24 @@ class SearchHit(BaseModel):
     rerank_score: float | None = Field(None, description="Reranker relevance in (0, 1), when reranked.")
 
 
+class ImageInfo(BaseModel):
+    format: str = Field(description="The format the image arrived in.")
+    width: int = Field(description="Width handed to the VL model (after downsizing).")
+    height: int
+    source_width: int
+    source_height: int
+
+
 class SearchResponse(BaseModel):
     collection: str
-    query: str
+    query: str = Field(description="The query that was embedded and reranked.")
+    generated_query: str | None = Field(
+        None, description="With an image: what the VL model wrote from the image (and the text)."
+    )
+    image: ImageInfo | None = None
     reranked: bool
     mode: str = Field(description="The retrieval mode used: dense, sparse or hybrid.")
     hits: list[SearchHit]
-    timings_ms: dict[str, float] = Field(description="Milliseconds per stage: embed, search, rerank, total.")
+    timings_ms: dict[str, float] = Field(
+        description="Milliseconds per stage: image, image_query (with an image), embed, search, rerank, total."
+    )

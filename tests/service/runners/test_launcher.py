@@ -14,7 +14,7 @@ def _flag(args: list[str], name: str) -> str:
 
 
 def test_qwen3_gpu_specs() -> None:
-    emb, rr = runner_specs(Settings(profile="qwen3"), cpu=False)
+    emb, rr, _gen = runner_specs(Settings(profile="qwen3"), cpu=False)
     assert emb.served_name == "Qwen/Qwen3-Embedding-0.6B" and emb.checkpoint == "Qwen/Qwen3-Embedding-0.6B"
     assert _flag(emb.args, "--runner") == "pooling"
     assert json.loads(_flag(emb.args, "--hf-overrides")) == {"is_matryoshka": True}
@@ -34,7 +34,7 @@ def test_cpu_specs_and_overrides() -> None:
     s = Settings(profile="qwen3", runners={"embed_model_path": "/m/e", "rerank_model_path": "/m/r",
                                            "max_model_len": 2048, "cpu_kvcache_gib": 2,
                                            "embed_url": "http://127.0.0.1:9001", "rerank_url": "http://127.0.0.1:9002"})
-    emb, rr = runner_specs(s, cpu=True)
+    emb, rr, _gen = runner_specs(s, cpu=True)
     assert emb.checkpoint == "/m/e" and rr.checkpoint == "/m/r"
     assert (emb.port, rr.port) == (9001, 9002)
     assert "--enforce-eager" in emb.args and _flag(emb.args, "--max-model-len") == "2048"

@@ -1,0 +1,54 @@
+"""OpenAI-compatible chat completions (grounded with the ``ragserve`` extension) and the model list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from service.api.cancellation import with_cancellation
+from service.api.deps import ApiKey, ServicesDep
+from service.api.schemas.chat import ChatCompletionRequest
+from service.api.schemas.errors import ERROR_RESPONSES
+from service.api.state import Services
+from service.errors import BadRequest
+from service.generation.chat import ChatHandler
+
+router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _chat(services: Services) -> ChatHandler:
+    if services.chat is None:
+        raise BadRequest("this deployment serves no generation model (RAGSERVE_GENERATION__*)",
+                         code="generation_not_configured")
+    return services.chat
+
+
+@router.post(
+    "/chat/completions",
+    summary="OpenAI-compatible chat; with `ragserve: {collections}` a grounded answer with citations",
+    response_model=None,
+)
+@with_cancellation
+async def chat_completions(
+    body: ChatCompletionRequest, services: ServicesDep, raw_request: Request
+) -> dict[str, Any] | StreamingResponse:
+    handler = _chat(services)
+    prepared = await handler.prepare(body)
+    if body.stream:
+        events = await handler.open_stream(prepared)
+        return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+    return await handler.complete(prepared)
+
+
+@router.get("/models", summary="The generation models a request may name: the base model and its LoRA adapters")
+async def models(services: ServicesDep) -> dict[str, Any]:
+    handler = _chat(services)
+    return {"object": "list", "data": [
+        {"id": name, "object": "model", "owned_by": "ragserve",
+         "parent": None if i == 0 else handler.generator.model.name}
+        for i, name in enumerate(handler.generator.models)
+    ]}

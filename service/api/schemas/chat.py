@@ -1,0 +1,92 @@
+"""OpenAI-compatible chat completion requests, plus ragserve's retrieval extension (``ragserve``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.api.schemas.collections import COLLECTION_NAME
+
+
+class ImageURL(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(description="A data: URL (base64) or an http(s) URL ragserve fetches under its allowlist.")
+    detail: Literal["auto", "low", "high"] | None = Field(None, description="Accepted and ignored.")
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text"]
+    text: str
+
+
+class ImagePart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "user", "assistant"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class RetrievalOptions(BaseModel):
+    """ragserve's extension: retrieve and rerank context for the last user turn and ground the answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    collections: list[Annotated[str, Field(pattern=COLLECTION_NAME)]] = Field(
+        min_length=1, max_length=8, description="Collections to retrieve context from."
+    )
+    top_k: int | None = Field(None, ge=1, description="Context passages in the prompt (default 5).")
+    rerank: bool | None = Field(None, description="Rerank candidates (default: when a reranker is configured).")
+    rerank_candidates: int | None = Field(None, ge=1, description="Vector candidates handed to the reranker.")
+    filter: dict[str, Any] | None = Field(None, description="Metadata conditions, as in /v1/search.")
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool | None = None
+
+
+class ChatCompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(None, description="The base model's name, or a LoRA adapter's (see /v1/models).")
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, description="vLLM sampling extension.")
+    min_p: float | None = Field(None, ge=0, le=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(None, gt=0)
+    ignore_eos: bool | None = Field(None, description="vLLM extension: keep generating past end-of-sequence.")
+    n: Literal[1] | None = Field(None, description="One choice per request.")
+    user: str | None = None
+    ragserve: RetrievalOptions | None = Field(
+        None, description="Ground the answer in these collections and return citations; absent: plain proxy."
+    )
+
+
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
+                   "frequency_penalty", "repetition_penalty", "ignore_eos", "user")
+"""Request fields passed to the runner as they are, when set."""

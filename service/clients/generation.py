@@ -1,0 +1,60 @@
+"""Async client for the generation runner: vLLM's OpenAI chat server (``/v1/chat/completions``).
+
+The model a request names picks what answers it: the base model (its served name, or no name), or one of
+the LoRA adapters the runner was started with (``--lora-modules name=path``). Adapters are declared at
+start-up only; ragserve never asks vLLM to load one at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from service.clients.errors import UpstreamError
+from service.clients.runner import RunnerClient
+from service.errors import NotFound
+from service.profiles import GeneratorModel
+
+
+class GenerationClient:
+    def __init__(self, runner: RunnerClient, model: GeneratorModel, *, adapters: Iterable[str] = ()) -> None:
+        self.runner = runner
+        self.model = model
+        self.adapters = tuple(adapters)
+
+    @property
+    def models(self) -> list[str]:
+        """Every name a request may ask for: the base model first, then the adapters."""
+        return [self.model.name, *self.adapters]
+
+    def resolve_model(self, requested: str | None) -> str:
+        if requested is None or requested == self.model.name or requested in self.adapters:
+            return requested or self.model.name
+        raise NotFound(
+            f"model {requested!r} is not served here; available: {', '.join(self.models)}",
+            code="model_not_found", param="model",
+        )
+
+    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A whole (non-streamed) chat completion. Not retried: a generation is not idempotent work."""
+        payload = await self.runner.post_json("/v1/chat/completions", {**body, "stream": False}, idempotent=False)
+        if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list) or not payload["choices"]:
+            raise UpstreamError(self.runner.name, "chat completion has an unexpected shape")
+        return payload
+
+    async def complete_text(self, body: dict[str, Any]) -> str:
+        payload = await self.complete(body)
+        try:
+            return str(payload["choices"][0]["message"]["content"] or "")
+        except (KeyError, TypeError) as exc:
+            raise UpstreamError(self.runner.name, "chat completion has no message") from exc
+
+    @asynccontextmanager
+    async def stream(self, body: dict[str, Any]) -> AsyncIterator[AsyncIterator[tuple[str, Any]]]:
+        """Open a streamed completion; the block gets its events, ``(raw, decoded)``, until ``[DONE]``."""
+        async with self.runner.stream_post("/v1/chat/completions", {**body, "stream": True}) as response:
+            yield self.runner.sse_events(response)
+
+    async def health(self) -> bool:
+        return await self.runner.health()

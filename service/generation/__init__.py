@@ -1,0 +1,1 @@
+"""Generation: the VL chat runner client, image-to-query, grounded answers with citations."""

@@ -1,0 +1,225 @@
+"""Chat completions: a plain proxy to the generation runner, or a grounded answer with citations.
+
+Every request is prepared before anything is sent upstream, so bad input is a 4xx in the error envelope
+and never a half-written stream: the model name is resolved (base model or a declared LoRA adapter), the
+images are counted, fetched or decoded, checked and re-encoded as data URLs (:mod:`service.media`), and,
+with the ``ragserve`` extension, context is retrieved and reranked for the last user turn (an image in
+that turn is first turned into a search query by the VL model) and the grounded prompt is built
+(:mod:`service.generation.prompts`). Only then is the completion requested, whole or streamed.
+
+A streamed answer is forwarded event by event as vLLM sends it; ragserve adds one last chunk (empty
+``choices``) carrying ``ragserve.citations`` before ``data: [DONE]``. If the client goes away, leaving the
+stream closes the upstream connection and vLLM aborts the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.api.schemas.chat import SAMPLING_FIELDS, ChatCompletionRequest, ImagePart
+from service.clients.generation import GenerationClient
+from service.config import Settings
+from service.errors import InvalidInput, RagserveError
+from service.generation.citations import Citation, build_citations, mark_cited
+from service.generation.image_query import ImageQueryWriter
+from service.generation.prompts import GROUNDED_SYSTEM_PROMPT, grounded_messages, text_of
+from service.media.images import PreparedImage
+from service.media.service import ImageInput, MediaService
+from service.search.filters import build_filter
+from service.search.service import SearchQuery, SearchService
+
+StageObserver = Callable[[str, float], None]
+
+
+@dataclass
+class PreparedChat:
+    body: dict[str, Any]
+    """What is sent to the runner."""
+    model: str
+    citations: list[Citation] | None = None
+    """None in proxy mode (no ``ragserve`` extension)."""
+    retrieval: dict[str, Any] = field(default_factory=dict)
+
+    def extension(self) -> dict[str, Any]:
+        return {"citations": [c.to_dict() for c in self.citations or []], "retrieval": self.retrieval}
+
+
+class ChatHandler:
+    def __init__(
+        self,
+        generator: GenerationClient,
+        media: MediaService,
+        search: SearchService,
+        query_writer: ImageQueryWriter,
+        settings: Settings,
+        *,
+        observe_stage: StageObserver | None = None,
+    ) -> None:
+        self.generator = generator
+        self.media = media
+        self.search = search
+        self.query_writer = query_writer
+        self.settings = settings
+        self._observe = observe_stage or (lambda stage, seconds: None)
+
+    async def prepare(self, request: ChatCompletionRequest) -> PreparedChat:
+        model = self.generator.resolve_model(request.model)
+        gen = self.settings.generation
+        max_tokens = request.max_completion_tokens or request.max_tokens or gen.max_tokens
+        if max_tokens > gen.max_tokens:
+            raise InvalidInput(f"max_tokens is over {gen.max_tokens}", code="max_tokens_too_large",
+                               param="max_tokens")
+        messages, last_image = await self._messages(request)
+        body: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": max_tokens}
+        body.update(request.model_dump(include=set(SAMPLING_FIELDS), exclude_none=True))
+        if request.stream and request.stream_options and request.stream_options.include_usage:
+            body["stream_options"] = {"include_usage": True}
+        prepared = PreparedChat(body, model)
+        if request.ragserve is not None:
+            await self._ground(request, prepared, last_image)
+        return prepared
+
+    async def complete(self, prepared: PreparedChat) -> dict[str, Any]:
+        started = time.perf_counter()
+        payload = await self.generator.complete(prepared.body)
+        self._observe("generate", time.perf_counter() - started)
+        if prepared.citations is not None:
+            message = payload["choices"][0].get("message") or {}
+            mark_cited(prepared.citations, str(message.get("content") or ""))
+            payload["ragserve"] = prepared.extension()
+        return payload
+
+    async def open_stream(self, prepared: PreparedChat) -> AsyncIterator[bytes]:
+        """Open the upstream stream now (so its refusal is still an ordinary error response) and return
+        the server-sent events to send; iterating them to the end, or abandoning them, closes upstream."""
+        stack = AsyncExitStack()
+        events = await stack.enter_async_context(self.generator.stream(prepared.body))
+        return self._relay(prepared, events, stack)
+
+    async def _relay(
+        self, prepared: PreparedChat, events: AsyncIterator[tuple[str, Any]], stack: AsyncExitStack
+    ) -> AsyncIterator[bytes]:
+        answer: list[str] = []
+        head: dict[str, Any] = {}
+        started = time.perf_counter()
+        try:
+            async for raw, event in events:
+                if isinstance(event, dict):
+                    head = head or {k: event[k] for k in ("id", "created") if k in event}
+                    for choice in event.get("choices") or []:
+                        content = (choice.get("delta") or {}).get("content")
+                        if content:
+                            answer.append(content)
+                yield f"data: {raw}\n\n".encode()
+            self._observe("generate", time.perf_counter() - started)
+            if prepared.citations is not None:
+                mark_cited(prepared.citations, "".join(answer))
+                final = {**head, "object": "chat.completion.chunk", "model": prepared.model, "choices": [],
+                         "ragserve": prepared.extension()}
+                yield f"data: {json.dumps(final)}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+        except RagserveError as exc:  # the stream has started: the error can only be an event now
+            error = {"type": exc.type, "code": exc.code, "message": exc.message}
+            yield f"data: {json.dumps({'error': error})}\n\n".encode()
+        finally:
+            await stack.aclose()
+
+    async def _messages(self, request: ChatCompletionRequest) -> tuple[list[dict[str, Any]], PreparedImage | None]:
+        """Upstream-ready messages (every image a data URL made here) and the last message's image."""
+        found: list[tuple[int, int, str]] = []
+        for i, message in enumerate(request.messages):
+            for j, part in enumerate(message.content if isinstance(message.content, list) else []):
+                if isinstance(part, ImagePart):
+                    if message.role != "user":
+                        raise InvalidInput("images are accepted in user messages only",
+                                           code="image_not_in_user_message", param=f"messages[{i}].content[{j}]")
+                    found.append((i, j, part.image_url.url))
+        self.media.check_count(len(found), param="messages")
+        started = time.perf_counter()
+        prepared = await asyncio.gather(*(
+            self.media.prepare(ImageInput(param=f"messages[{i}].content[{j}].image_url.url", url=url))
+            for i, j, url in found
+        ))
+        if found:
+            self._observe("image", time.perf_counter() - started)
+        images = {(i, j): image for (i, j, _), image in zip(found, prepared, strict=True)}
+        out: list[dict[str, Any]] = []
+        for i, message in enumerate(request.messages):
+            if not isinstance(message.content, list):
+                out.append({"role": message.role, "content": message.content or ""})
+                continue
+            parts: list[dict[str, Any]] = []
+            for j, part in enumerate(message.content):
+                if isinstance(part, ImagePart):
+                    parts.append({"type": "image_url", "image_url": {"url": images[(i, j)].data_url}})
+                else:
+                    parts.append({"type": "text", "text": part.text})
+            out.append({"role": message.role, "content": parts})
+        last = len(request.messages) - 1
+        last_image = next((img for (i, _), img in images.items() if i == last), None)
+        return out, last_image
+
+    async def _ground(
+        self, request: ChatCompletionRequest, prepared: PreparedChat, image: PreparedImage | None
+    ) -> None:
+        options = request.ragserve
+        assert options is not None
+        messages = prepared.body["messages"]
+        if messages[-1]["role"] != "user":
+            raise InvalidInput("the last message must be the user's question to retrieve context for it",
+                               code="last_message_not_user", param="messages")
+        limits, gen = self.settings.limits, self.settings.generation
+        question = text_of(messages[-1])
+        if len(question) > limits.max_query_chars:
+            raise InvalidInput(f"the question is longer than {limits.max_query_chars} characters",
+                               code="query_too_long", param="messages")
+        top_k = options.top_k or gen.context_top_k
+        if top_k > limits.max_top_k:
+            raise InvalidInput(f"top_k is over {limits.max_top_k}", code="top_k_too_large", param="ragserve.top_k")
+        timings: dict[str, float] = {}
+        generated = None
+        if image is not None:
+            started = time.perf_counter()
+            written = await self.query_writer.write(image, question)
+            timings["image_query"] = self._stage("image_query", started)
+            query, generated = written.retrieval_query, written.generated
+        elif question:
+            query = question
+        else:
+            raise InvalidInput("the last user message has no text or image to retrieve context for",
+                               code="empty_query", param="messages")
+        query_filter = build_filter(options.filter)
+        collections = list(dict.fromkeys(options.collections))
+        started = time.perf_counter()
+        results = await asyncio.gather(*(
+            self.search.search(SearchQuery(
+                collection=name, query=query, top_k=top_k, query_filter=query_filter, rerank=options.rerank,
+                rerank_candidates=options.rerank_candidates,
+            ))
+            for name in collections
+        ))
+        timings["retrieve"] = self._stage("retrieve", started)
+        # One reranker (or one embedder) scored every hit against the same query: the scores compare.
+        ranked = sorted(((name, hit) for name, result in zip(collections, results, strict=True) for hit in result.hits),
+                        key=lambda pair: pair[1].score, reverse=True)[:top_k]
+        citations, passages = build_citations(ranked, max_chars=gen.context_max_chars)
+        system_prompt = gen.system_prompt or GROUNDED_SYSTEM_PROMPT
+        prepared.body["messages"] = grounded_messages(
+            messages, passages, question or "What does the image show?", system_prompt=system_prompt
+        )
+        prepared.citations = citations
+        prepared.retrieval = {
+            "collections": collections, "query": query, "generated_query": generated,
+            "reranked": any(r.reranked for r in results), "timings_ms": timings,
+        }
+
+    def _stage(self, stage: str, started: float) -> float:
+        seconds = time.perf_counter() - started
+        self._observe(stage, seconds)
+        return round(seconds * 1000, 3)

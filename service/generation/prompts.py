@@ -1,0 +1,85 @@
+"""Prompts for the generator: the grounded answer, and the image-to-search-query rewrite.
+
+Layout is chosen for vLLM's prefix cache (and its multimodal processor cache): what stays the same across
+requests comes first, what changes comes last. A grounded conversation is sent as
+
+    system    ragserve's grounding instructions (+ the caller's own system text)     same every time
+    ...       earlier turns, as the caller sent them                                   same within a chat
+    user      [image]  Context: [1] ... [2] ...  Question: ...                         image before context
+
+so a second question about the same image reuses the KV blocks of the system prompt and of the image,
+and only the context and question are computed again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+GROUNDED_SYSTEM_PROMPT = (
+    "You answer questions using only the numbered context passages given with the question. "
+    "Cite every passage you use by its number in square brackets, like [1] or [2][3]. "
+    "If the passages do not contain the answer, say that you do not know; do not guess. "
+    "When the user shows an image, use what it shows together with the passages."
+)
+IMAGE_QUERY_SYSTEM_PROMPT = (
+    "You write search queries. Describe the image in one short line for a search engine: what it shows, "
+    "and any text visible in it, copied exactly. If the user asks something, include the key terms of the "
+    "question. Reply with the query only."
+)
+
+
+@dataclass(frozen=True)
+class ContextPassage:
+    number: int
+    text: str
+
+
+def format_context(passages: Sequence[ContextPassage], question: str) -> str:
+    blocks = "\n\n".join(f"[{p.number}] {p.text}" for p in passages)
+    return f"Context:\n{blocks}\n\nQuestion: {question}" if passages else (
+        f"Context: (no passages were found)\n\nQuestion: {question}")
+
+
+def grounded_messages(
+    messages: Sequence[dict[str, Any]],
+    passages: Sequence[ContextPassage],
+    question: str,
+    *,
+    system_prompt: str = GROUNDED_SYSTEM_PROMPT,
+) -> list[dict[str, Any]]:
+    """The conversation with the grounding system prompt first and the context in the last user turn.
+
+    ``messages`` are upstream-ready (images already data URLs); the last one is the user turn being
+    answered. Its image parts are kept, first; its text is replaced by context + question.
+    """
+    caller_system = [text_of(m) for m in messages if m["role"] == "system"]
+    system = "\n\n".join([system_prompt, *[s for s in caller_system if s]])
+    history = [m for m in messages[:-1] if m["role"] != "system"]
+    last = messages[-1]
+    images = [p for p in _parts(last) if p.get("type") == "image_url"]
+    final = {"role": "user", "content": [*images, {"type": "text", "text": format_context(passages, question)}]}
+    return [{"role": "system", "content": system}, *history, final]
+
+
+def image_query_messages(image_data_url: str, text: str) -> list[dict[str, Any]]:
+    """Image first (cacheable), then the user's words."""
+    ask = f"Question: {text}\nSearch query:" if text else "Search query:"
+    return [
+        {"role": "system", "content": IMAGE_QUERY_SYSTEM_PROMPT},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": image_data_url}},
+                                     {"type": "text", "text": ask}]},
+    ]
+
+
+def _parts(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content or [])
+
+
+def text_of(message: dict[str, Any]) -> str:
+    """The text parts of a message, joined."""
+    return "\n".join(p["text"] for p in _parts(message) if p.get("type") == "text").strip()
