@@ -8,13 +8,11 @@ DNS would give (private, metadata, mapped IPv6); ``localhost`` goes through the 
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import AsyncIterator, Iterator, Sequence
 
 import httpx
 import pytest
 
-from service.security.addresses import IPAddress
 from service.security.errors import (
     AddressNotAllowed,
     FetchTimeout,
