@@ -176,8 +176,8 @@ BAD = [
     ("unknown collection", "/v1/collections/nope/ingest", {"source": {"kind": "path", "path": "/tmp"}}, 404, "collection_not_found"),
     ("path outside allowed roots", "/v1/collections/docs/ingest", {"source": {"kind": "path", "path": "/etc"}}, 403, "path_not_allowed"),
     ("relative path", "/v1/collections/docs/ingest", {"source": {"kind": "path", "path": "docs"}}, 403, "path_not_allowed"),
-    ("url not allowlisted", "/v1/collections/docs/ingest", {"source": {"kind": "url", "urls": ["https://example.com/a"]}}, 403, "url_not_allowed"),
-    ("file scheme", "/v1/collections/docs/ingest", {"source": {"kind": "url", "urls": ["file:///etc/passwd"]}}, 403, "url_not_allowed"),
+    ("url not allowlisted", "/v1/collections/docs/ingest", {"source": {"kind": "url", "urls": ["https://example.com/a"]}}, 400, "url_not_allowed"),
+    ("file scheme", "/v1/collections/docs/ingest", {"source": {"kind": "url", "urls": ["file:///etc/passwd"]}}, 400, "url_not_allowed"),
     ("unknown kind", "/v1/collections/docs/ingest", {"source": {"kind": "ftp"}}, 422, "validation_error"),
     ("unknown option", "/v1/collections/docs/ingest", {"source": {"kind": "path", "path": "/tmp"}, "bogus": 1}, 422, "validation_error"),
 ]
