@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel
 
 from service.config import Settings
+from service.profiles import QWEN3
 from service.runners.launcher import RunnerSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +35,23 @@ TEMPLATE = ROOT / "service" / "runners" / "templates" / "qwen3_reranker.jinja"
 PLACEMENT_FLAGS = frozenset({
     "--host", "--port", "--gpu-memory-utilization", "--tensor-parallel-size", "--data-parallel-size",
 })
+
+# Flags whose value is JSON: compared parsed, so that spacing or key order in a manifest does not matter.
+JSON_FLAGS = frozenset({"--hf-overrides", "--limit-mm-per-prompt", "--speculative-config"})
+
+# Runner environment that belongs to the deployment, not to the launcher: where the weights are cached,
+# offline mode, telemetry off. Every other variable a runner gets must be exactly the launcher's.
+DEPLOYMENT_ENV = frozenset({"HF_HOME", "HF_HUB_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK"})
+
+# ragserve's URL setting for each runner, and the model the runner behind it must serve (qwen3 profile).
+assert QWEN3.reranker is not None and QWEN3.generator is not None
+RUNNER_URL_SETTINGS = {
+    "RAGSERVE_RUNNERS__EMBED_URL": QWEN3.embedding.name,
+    "RAGSERVE_RUNNERS__RERANK_URL": QWEN3.reranker.name,
+    "RAGSERVE_RUNNERS__GENERATE_URL": QWEN3.generator.name,
+}
+POOLING_MODELS = frozenset({QWEN3.embedding.name, QWEN3.reranker.name})
+GENERATOR_MODEL = QWEN3.generator.name
 
 _DEFAULT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?-([^}]*)\}")
 _REQUIRED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?\?[^}]*\}")
@@ -155,6 +173,11 @@ def container_argv(container: dict[str, Any]) -> list[str]:
     return [str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
 
 
+def container_env(container: dict[str, Any]) -> dict[str, str]:
+    """A container's literal ``env`` entries (``valueFrom`` ones are left out)."""
+    return {e["name"]: str(e["value"]) for e in container.get("env", []) if "value" in e}
+
+
 def config_env() -> dict[str, str]:
     """What ragserve pods get from the ConfigMap (envFrom)."""
     data: dict[str, str] = k8s_one("ConfigMap", "ragserve-config")["data"]
@@ -178,7 +201,7 @@ def launcher_argv(spec: RunnerSpec) -> list[str]:
 
 def model_flags(argv: list[str]) -> list[str]:
     """``argv`` without the placement flags and ``--chat-template`` (whose path depends on the mount), and
-    with ``--hf-overrides`` in canonical JSON, so that two command lines for the same model compare equal."""
+    with the JSON flags' values in canonical JSON, so that two command lines for the same model compare equal."""
     out: list[str] = []
     skip = False
     for i, arg in enumerate(argv):
@@ -188,10 +211,15 @@ def model_flags(argv: list[str]) -> list[str]:
         if arg in PLACEMENT_FLAGS or arg == "--chat-template":
             skip = True
             continue
-        if i > 0 and argv[i - 1] == "--hf-overrides":
+        if i > 0 and argv[i - 1] in JSON_FLAGS:
             arg = json.dumps(json.loads(arg), sort_keys=True)
         out.append(arg)
     return out
+
+
+def launcher_env(env: dict[str, str]) -> dict[str, str]:
+    """A runner's environment without :data:`DEPLOYMENT_ENV`: what must equal the launcher's ``spec.env``."""
+    return {k: v for k, v in env.items() if k not in DEPLOYMENT_ENV}
 
 
 # ------------------------------------------------------------------------------------------- settings

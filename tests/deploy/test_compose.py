@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import combinations
 from typing import Any
+from urllib.parse import urlparse
 
-from tests.deploy.manifests import compose, compose_argv, flag_value
+import pytest
+
+from tests.deploy.manifests import RUNNER_URL_SETTINGS, compose, compose_argv, compose_env, flag_value
 
 RUNNER_IMAGE_PREFIX = "vllm/vllm-openai:"
 
@@ -19,9 +23,30 @@ def runners() -> dict[str, dict[str, Any]]:
     return {n: s for n, s in services().items() if "--served-model-name" in compose_argv(s)}
 
 
+def runner_serving(model: str) -> str:
+    [name] = [n for n, s in runners().items() if flag_value(compose_argv(s), "--served-model-name") == model]
+    return name
+
+
 def networks_of(service: dict[str, Any]) -> set[str]:
     nets = service.get("networks") or ["default"]
     return set(nets) if isinstance(nets, list) else set(nets)
+
+
+def internal_networks() -> set[str]:
+    return {n for n, net in compose()["networks"].items() if net and net.get("internal")}
+
+
+def waits_for(name: str) -> set[str]:
+    """Every service ``name`` starts after, directly or through others, by a health condition."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for dependency, condition in (services()[todo.pop()].get("depends_on") or {}).items():
+            if condition["condition"] == "service_healthy" and dependency not in seen:
+                seen.add(dependency)
+                todo.append(dependency)
+    return seen
 
 
 def test_only_the_api_is_published() -> None:
@@ -33,7 +58,7 @@ def test_only_the_api_is_published() -> None:
 
 
 def test_runners_and_qdrant_live_on_an_internal_network_only() -> None:
-    internal = {n for n, net in compose()["networks"].items() if net and net.get("internal")}
+    internal = internal_networks()
     assert internal, "an internal network is what keeps the runners private"
     for name in [*runners(), "qdrant"]:
         assert networks_of(services()[name]) <= internal, name
@@ -59,6 +84,18 @@ def test_runner_healthchecks_ask_their_own_health_route() -> None:
     assert "/readyz" in " ".join(services()["qdrant"]["healthcheck"]["test"])
 
 
+@pytest.mark.parametrize("setting", sorted(RUNNER_URL_SETTINGS))
+def test_each_runner_is_private_and_ragserve_reaches_it(setting: str) -> None:
+    """Per model, so that a runner missing from runners() cannot make the checks above pass vacuously."""
+    name = runner_serving(RUNNER_URL_SETTINGS[setting])
+    service = services()[name]
+    assert not service.get("ports") and not service.get("expose"), name
+    assert networks_of(service) <= internal_networks(), f"{name} must have no route in or out"
+    url = urlparse(compose_env(services()["ragserve"])[setting])
+    assert (url.hostname, url.port) == (name, int(flag_value(compose_argv(service), "--port")))
+    assert services()["ragserve"]["depends_on"][name] == {"condition": "service_healthy"}
+
+
 def test_runners_sharing_a_gpu_fit_and_start_one_after_the_other() -> None:
     by_gpu: dict[str, list[str]] = defaultdict(list)
     for name, service in runners().items():
@@ -68,10 +105,11 @@ def test_runners_sharing_a_gpu_fit_and_start_one_after_the_other() -> None:
             by_gpu[gpu].append(name)
     for gpu, names in by_gpu.items():
         shares = [float(flag_value(compose_argv(runners()[n]), "--gpu-memory-utilization")) for n in names]
-        assert sum(shares) <= 0.9, f"GPU {gpu}: {names} take {shares}; leave room for the CUDA contexts"
-        # vLLM instances that profile one GPU at the same time mis-size each other (vllm-project/vllm#55827)
-        later = [n for n in names if set(services()[n].get("depends_on") or {}) & set(names)]
-        assert len(later) == len(names) - 1, f"GPU {gpu}: runners must start one after another"
+        assert round(sum(shares), 6) <= 0.9, f"GPU {gpu}: {names} take {shares}; leave room for the CUDA contexts"
+        # vLLM instances that profile one GPU at the same time mis-size each other (vllm-project/vllm#55827):
+        # of any two runners on one GPU, one must wait for the other to be healthy.
+        for a, b in combinations(names, 2):
+            assert a in waits_for(b) or b in waits_for(a), f"GPU {gpu}: {a} and {b} may start together"
 
 
 def test_models_service_fetches_what_the_runners_serve() -> None:

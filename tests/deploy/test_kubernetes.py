@@ -10,6 +10,7 @@ import pytest
 
 from tests.deploy.manifests import (
     KUBERNETES,
+    RUNNER_URL_SETTINGS,
     K8sObject,
     config_env,
     container_argv,
@@ -150,6 +151,34 @@ def test_only_ragserve_pods_reach_runners_and_qdrant(kind: str) -> None:
             assert admitted and admitted == allowed, f"{target.name} admits {[w.name for w in admitted]}"
 
 
+def _runner_serving(model: str) -> K8sObject:
+    [runner] = [w for w in workloads() if is_runner(w) and flag_value(
+        container_argv(pod_spec(w.body)["containers"][0]), "--served-model-name") == model]
+    return runner
+
+
+@pytest.mark.parametrize("setting", sorted(RUNNER_URL_SETTINGS))
+def test_each_runner_is_private(setting: str) -> None:
+    """Per model, so that a runner the generic checks do not recognise cannot pass them vacuously: reached
+    only through ClusterIP Services, admitted only from ragserve pods, on the port it serves."""
+    runner = _runner_serving(RUNNER_URL_SETTINGS[setting])
+    labels = pod_labels(runner.body)
+    services = [s for s in k8s("Service") if selects({"matchLabels": s.body["spec"]["selector"]}, labels)]
+    assert services, runner.name
+    for service in services:
+        spec = service.body["spec"]
+        assert spec.get("type", "ClusterIP") == "ClusterIP" and not spec.get("externalIPs"), service.name
+        assert all("nodePort" not in p for p in spec["ports"]), service.name
+    for peer in _peers_admitted(labels):
+        assert set(peer) == {"podSelector"}, runner.name
+        admitted = pods_selected(peer["podSelector"])
+        assert admitted and all(is_ragserve(w) for w in admitted), f"{runner.name} admits {admitted}"
+    port = int(flag_value(container_argv(pod_spec(runner.body)["containers"][0]), "--port"))
+    opened = {p["port"] for spec in _policies_for(labels) for rule in spec.get("ingress", [])
+              for p in rule.get("ports", [])}
+    assert port in opened, runner.name
+
+
 def test_runner_ports_are_the_ones_the_policy_opens() -> None:
     for runner in (w for w in workloads() if is_runner(w)):
         port = int(flag_value(container_argv(pod_spec(runner.body)["containers"][0]), "--port"))
@@ -161,8 +190,7 @@ def test_runner_ports_are_the_ones_the_policy_opens() -> None:
 # ----------------------------------------------------------------------------------- wiring and probes
 
 
-@pytest.mark.parametrize("setting", ["RAGSERVE_RUNNERS__EMBED_URL", "RAGSERVE_RUNNERS__RERANK_URL",
-                                     "RAGSERVE_QDRANT__URL"])
+@pytest.mark.parametrize("setting", [*sorted(RUNNER_URL_SETTINGS), "RAGSERVE_QDRANT__URL"])
 def test_urls_in_the_config_reach_the_right_pods(setting: str) -> None:
     url = urlparse(config_env()[setting])
     service = k8s_one("Service", url.hostname or "")
@@ -172,7 +200,7 @@ def test_urls_in_the_config_reach_the_right_pods(setting: str) -> None:
     if setting.startswith("RAGSERVE_RUNNERS"):
         argv = container_argv(pod_spec(target.body)["containers"][0])
         assert listening == int(flag_value(argv, "--port"))
-        assert ("Embedding" in flag_value(argv, "--model")) == setting.endswith("EMBED_URL")
+        assert flag_value(argv, "--served-model-name") == RUNNER_URL_SETTINGS[setting]
     else:
         assert is_qdrant(target) and listening == 6333
 
@@ -256,7 +284,9 @@ def test_ingress_sends_jobs_and_ingest_to_the_queue_owner() -> None:
         next(w.body for w in workloads() if w.name == owner)))
     for path in ("/v1/jobs", "/v1/jobs/abc", "/v1/collections/kb/ingest", "/v1/collections", "/ready"):
         assert backend(path) == owner_service, path
-    for path in ("/v1/search", "/v1/embeddings", "/v1/rerank"):
+    # Stateless routes: on the queue owner they would be capped at one pod (generation most of all).
+    for path in ("/v1/search", "/v1/search/upload", "/v1/embeddings", "/v1/rerank", "/v1/chat/completions",
+                 "/v1/models"):
         assert backend(path) != owner_service, path
 
 

@@ -3,6 +3,7 @@ builds, the reranker template, the settings names, the image pins, the image its
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -12,11 +13,13 @@ from pydantic import ValidationError
 
 from service.config import Settings
 from service.profiles import QWEN3
-from service.runners.launcher import RunnerSpec, runner_specs
+from service.runners.launcher import MEDIA_DOMAIN_NOBODY, RunnerSpec, runner_specs
 from tests.deploy.manifests import (
     COMPOSE_FILE,
     DEPLOY,
+    GENERATOR_MODEL,
     GPU_HOST,
+    POOLING_MODELS,
     ROOT,
     TEMPLATE,
     compose,
@@ -25,11 +28,13 @@ from tests.deploy.manifests import (
     compose_raw,
     config_env,
     container_argv,
+    container_env,
     flag_value,
     k8s,
     k8s_objects,
     k8s_one,
     launcher_argv,
+    launcher_env,
     model_flags,
     pod_spec,
     setting_path,
@@ -53,35 +58,88 @@ def launcher_specs() -> dict[str, RunnerSpec]:
 
 
 def compose_runners() -> dict[str, list[str]]:
-    return {flag_value(argv, "--served-model-name"): argv
+    return {served: argv for served, (argv, _) in _compose_runners().items()}
+
+
+def k8s_runners() -> dict[str, list[str]]:
+    return {served: argv for served, (argv, _) in _k8s_runners().items()}
+
+
+def deployed_runners(where: str) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Served model name -> (command line, environment) of each runner the deployment starts."""
+    return _compose_runners() if where == "compose" else _k8s_runners()
+
+
+def _compose_runners() -> dict[str, tuple[list[str], dict[str, str]]]:
+    return {flag_value(argv, "--served-model-name"): (argv, compose_env(s))
             for s in compose()["services"].values()
             if "--served-model-name" in (argv := compose_argv(s))}
 
 
-def k8s_runners() -> dict[str, list[str]]:
+def _k8s_runners() -> dict[str, tuple[list[str], dict[str, str]]]:
     out = {}
     for workload in k8s("Deployment") + k8s("StatefulSet"):
         for container in pod_spec(workload.body)["containers"]:
             argv = container_argv(container)
             if "--served-model-name" in argv:
-                out[flag_value(argv, "--served-model-name")] = argv
+                out[flag_value(argv, "--served-model-name")] = (argv, container_env(container))
     return out
+
+
+def ragserve_env(where: str) -> dict[str, str]:
+    """The settings ragserve itself runs with in that deployment (keys left out)."""
+    env = compose_env(compose()["services"]["ragserve"]) if where == "compose" else config_env()
+    return {k: v for k, v in env.items() if k.startswith("RAGSERVE_") and "KEY" not in k}
 
 
 # ------------------------------------------------------------------------------------ runner command lines
 
 
+def test_the_profile_has_two_pooling_runners_and_a_generator() -> None:
+    """What the assertions below assume about the launcher; if this fails, they need revisiting."""
+    assert set(launcher_specs()) == {*POOLING_MODELS, GENERATOR_MODEL}
+
+
 @pytest.mark.parametrize("where", ["compose", "kubernetes"])
 def test_runner_command_lines_are_the_launchers(where: str) -> None:
-    deployed = compose_runners() if where == "compose" else k8s_runners()
+    deployed = deployed_runners(where)
     expected = launcher_specs()
     assert set(deployed) == set(expected), "one runner per model of the profile, no more"
     for served, spec in expected.items():
-        argv = deployed[served]
+        argv, env = deployed[served]
         assert model_flags(argv) == model_flags(launcher_argv(spec)), served
+        assert launcher_env(env) == spec.env, f"{served}: the runner's environment is the launcher's"
         assert flag_value(argv, "--model") == spec.checkpoint
-        assert flag_value(argv, "--runner") == "pooling"
         assert flag_value(argv, "--host") == "0.0.0.0", "runners listen on their container/pod address"
+        if served in POOLING_MODELS:
+            assert flag_value(argv, "--runner") == "pooling", served
+        else:
+            assert served == GENERATOR_MODEL
+
+
+@pytest.mark.parametrize("where", ["compose", "kubernetes"])
+def test_generation_runner_fetches_nothing_and_loads_no_lora_at_run_time(where: str) -> None:
+    """The launcher's safety flags, spelled out (the comparison above would also catch their loss, but this
+    says what is at stake): vLLM must fetch no URL itself and take no adapter path from a caller."""
+    argv, env = deployed_runners(where)[GENERATOR_MODEL]
+    assert "--runner" not in argv, "a chat server, not a pooling runner"
+    assert flag_value(argv, "--allowed-media-domains") == MEDIA_DOMAIN_NOBODY
+    assert MEDIA_DOMAIN_NOBODY.endswith(".invalid"), "a name that never resolves (RFC 2606)"
+    assert "--allowed-local-media-path" not in argv, "file:// URLs stay refused"
+    assert env["VLLM_MEDIA_URL_ALLOW_REDIRECTS"] == "0"
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "0"
+    assert "--api-key" not in argv and "VLLM_API_KEY" not in env, "privacy comes from the network, not a key"
+
+
+@pytest.mark.parametrize("where", ["compose", "kubernetes"])
+def test_generator_size_hint_is_ragserves_image_limit(where: str) -> None:
+    """ragserve downsizes every image to MAX_IMAGE_SIDE before the runner sees it, and the runner's profiler
+    sizes its memory for the hint: the two must be the same numbers (deploy/generation.md, "Memory")."""
+    media = _settings_from(ragserve_env(where)).media
+    argv, _ = deployed_runners(where)[GENERATOR_MODEL]
+    hint = json.loads(flag_value(argv, "--limit-mm-per-prompt"))
+    assert hint == {"image": {"count": media.max_images_per_request, "width": media.max_image_side,
+                              "height": media.max_image_side}, "video": 0}
 
 
 @pytest.mark.parametrize("where", ["compose", "kubernetes"])
@@ -120,15 +178,16 @@ def test_template_configmap_is_byte_identical() -> None:
 @pytest.mark.parametrize("where", ["compose", "kubernetes"])
 def test_runner_urls_match_runner_ports(where: str) -> None:
     """ragserve's settings (built from the deployment's own env) point at the ports the runners listen on,
-    and the launcher built from those settings asks for the same context length the runners got."""
-    env = compose_env(compose()["services"]["ragserve"]) if where == "compose" else config_env()
-    env = {k: v for k, v in env.items() if k.startswith("RAGSERVE_") and "KEY" not in k}
-    settings = _settings_from(env)
-    deployed = compose_runners() if where == "compose" else k8s_runners()
-    for spec in runner_specs(settings, cpu=False):
-        argv = deployed[spec.served_name]
+    and the launcher built from those settings gives each runner the model flags it got (context length,
+    the generator's image limits): ragserve and its runners agree on what they may send each other."""
+    settings = _settings_from(ragserve_env(where))
+    deployed = deployed_runners(where)
+    specs = runner_specs(settings, cpu=False)
+    assert {s.served_name for s in specs} == set(deployed), "ragserve calls every runner, and only those"
+    for spec in specs:
+        argv, _ = deployed[spec.served_name]
         assert flag_value(argv, "--port") == str(spec.port), spec.name
-        assert flag_value(argv, "--max-model-len") == flag_value(spec.args, "--max-model-len"), spec.name
+        assert model_flags(argv) == model_flags(launcher_argv(spec)), spec.name
 
 
 def _settings_from(env: dict[str, str]) -> Settings:
@@ -209,7 +268,7 @@ def _images() -> list[tuple[str, str]]:
 
 def test_vllm_image_matches_the_pinned_vllm() -> None:
     vllm = [(where, image) for where, image in _images() if image.startswith("vllm/")]
-    assert len({w for w, _ in vllm}) >= 3  # compose + both runner manifests
+    assert len({w for w, _ in vllm}) >= 4  # compose + the three runner manifests
     assert {image for _, image in vllm} == {f"vllm/vllm-openai:v{_pins()['vllm']}"}
 
 
