@@ -79,6 +79,15 @@ class RunnerClient:
 
         ``timeout_s`` replaces the client's timeout for this call (bulk embedding waits longer than a query).
         """
+        async with self._slot():
+            return await self._post_with_retries(
+                path, body, idempotent=idempotent, timeout_s=timeout_s or self.timeout_s
+            )
+
+    @asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One of ``max_concurrency`` slots, or :class:`~service.errors.Overloaded` (429) after waiting
+        ``acquire_timeout_s``: saturation answers at once instead of queueing without bound."""
         try:
             await asyncio.wait_for(self._slots.acquire(), self._acquire_timeout_s)
         except asyncio.TimeoutError:
@@ -86,9 +95,7 @@ class RunnerClient:
                 f"too many requests in flight to the {self.name} runner", retry_after_s=1.0
             ) from None
         try:
-            return await self._post_with_retries(
-                path, body, idempotent=idempotent, timeout_s=timeout_s or self.timeout_s
-            )
+            yield
         finally:
             self._slots.release()
 
@@ -103,13 +110,7 @@ class RunnerClient:
         (also by cancellation, when the client went away) closes the connection, which makes vLLM abort
         the request and free its slot in the batch.
         """
-        try:
-            await asyncio.wait_for(self._slots.acquire(), self._acquire_timeout_s)
-        except asyncio.TimeoutError:
-            raise Overloaded(
-                f"too many requests in flight to the {self.name} runner", retry_after_s=1.0
-            ) from None
-        try:
+        async with self._slot():
             timeout = httpx.Timeout(timeout_s or self.timeout_s, connect=self._connect_timeout_s)
             request = self._http.build_request("POST", path, json=body, timeout=timeout)
             try:
@@ -125,8 +126,6 @@ class RunnerClient:
                 yield response
             finally:
                 await response.aclose()
-        finally:
-            self._slots.release()
 
     async def sse_events(self, response: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
         """The ``data:`` events of a server-sent-events answer as ``(raw, decoded)``; ends at ``[DONE]``.

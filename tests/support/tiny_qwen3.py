@@ -28,7 +28,16 @@ _CORPUS = [
 ]
 
 
-def build_tokenizer(out_dir: Path, vocab_size: int = 1024):  # type: ignore[no-untyped-def]
+def build_tokenizer(  # type: ignore[no-untyped-def]
+    out_dir: Path,
+    vocab_size: int = 1024,
+    *,
+    specials: list[str] = SPECIAL_TOKENS,
+    corpus: list[str] = _CORPUS,
+    chat_template: str = CHATML,
+):
+    """A byte-level BPE tokenizer trained on ``corpus`` with Qwen's special tokens (and ``specials``),
+    saved as a Hugging Face fast tokenizer with a chat template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -37,11 +46,11 @@ def build_tokenizer(out_dir: Path, vocab_size: int = 1024):  # type: ignore[no-u
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_CORPUS * 20, trainer=trainer)
+    tok.train_from_iterator(corpus * 20, trainer=trainer)
     for word in ("yes", "no"):
         if tok.token_to_id(word) is None:
             tok.add_tokens([word])
@@ -49,9 +58,9 @@ def build_tokenizer(out_dir: Path, vocab_size: int = 1024):  # type: ignore[no-u
         tokenizer_object=tok,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
-        additional_special_tokens=SPECIAL_TOKENS[1:2] + SPECIAL_TOKENS[3:],
+        additional_special_tokens=[t for t in specials if t not in ("<|endoftext|>", "<|im_end|>")],
     )
-    fast.chat_template = CHATML
+    fast.chat_template = chat_template
     fast.save_pretrained(out_dir)
     return fast
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.tiny_qwen3 import SPECIAL_TOKENS
+from tests.support.tiny_qwen3 import SPECIAL_TOKENS, build_tokenizer
 
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -43,35 +43,14 @@ _CORPUS = [
 ]
 
 
-def _build_tokenizer(out_dir: Path):  # type: ignore[no-untyped-def]
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = SPECIAL_TOKENS + VISION_TOKENS
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=1024, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_CORPUS * 20, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        additional_special_tokens=[t for t in specials if t not in ("<|endoftext|>", "<|im_end|>")],
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(out_dir)
-    return fast
-
-
 def build_tiny_qwen3_vl(out_dir: Path, *, seed: int = 0) -> Path:
     """Write a tiny random ``Qwen3VLForConditionalGeneration`` with tokenizer and processor configs."""
     import torch
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = _build_tokenizer(out_dir)
+    tokenizer = build_tokenizer(out_dir, specials=SPECIAL_TOKENS + VISION_TOKENS, corpus=_CORPUS,
+                                chat_template=CHAT_TEMPLATE)
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS + VISION_TOKENS}
     config = Qwen3VLConfig(
         text_config={
