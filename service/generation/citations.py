@@ -2,7 +2,7 @@
 
 Offsets come from the chunk's ``location`` as the indexer stores it (``char_start``/``char_end``,
 ``byte_start``/``byte_end``, ``page``, ``headings``); documents upserted with their own offsets in
-metadata keep those.
+metadata (at its top level or under ``location``) keep those.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def build_citations(
         text = hit.text[:left]
         left -= len(text)
         number = len(citations) + 1
-        source = {**hit.metadata, **(hit.location or {})}
+        given = hit.metadata.get("location")  # offsets a caller put in a document's own metadata
+        source = {**hit.metadata, **(given if isinstance(given, dict) else {}), **(hit.location or {})}
         offsets = {k: int(source[k]) for k in OFFSET_KEYS if isinstance(source.get(k), int)}
         page = source.get("page") if isinstance(source.get("page"), int) else None
         citations.append(Citation(
