@@ -4,6 +4,7 @@ nested sections use ``__`` (``RAGSERVE_LIMITS__MAX_DOCUMENTS_PER_REQUEST=500``).
 from __future__ import annotations
 
 import ipaddress
+import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,8 +19,6 @@ def _comma_list(value: object) -> object:
     """Lists in the environment are comma-separated (a JSON list is accepted too)."""
     if isinstance(value, str):
         if value.lstrip().startswith("["):
-            import json
-
             return json.loads(value)
         return [item.strip() for item in value.split(",") if item.strip()]
     return value
@@ -160,9 +159,7 @@ class FetchSettings(BaseModel):
     @field_validator("allowed_domains", "allowed_networks", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [v.strip() for v in value.split(",") if v.strip()]
-        return value
+        return _comma_list(value)
 
     @field_validator("allowed_networks")
     @classmethod

@@ -39,6 +39,8 @@ def test_unknown_profile_is_refused() -> None:
 def test_ingest_lists_are_comma_separated_or_json(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAGSERVE_FETCH__ALLOWED_DOMAINS", "docs.example.com, .example.org")
     monkeypatch.setenv("RAGSERVE_INGEST__ALLOWED_ROOTS", '["/srv/docs", "/data"]')
+    monkeypatch.setenv("RAGSERVE_FETCH__ALLOWED_NETWORKS", '["127.0.0.1/32"]')
     s = Settings()
+    assert s.fetch.allowed_networks == ["127.0.0.1/32"]
     assert s.fetch.allowed_domains == ["docs.example.com", ".example.org"]
     assert [str(p) for p in s.ingest.allowed_roots] == ["/srv/docs", "/data"]
