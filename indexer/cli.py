@@ -112,7 +112,7 @@ def run_worker() -> None:
     settings = Settings()
 
     async def main() -> None:
-        services = build_services(settings, Metrics())
+        services = await build_services(settings, Metrics())
         stop = asyncio.Event()
         try:
             worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher)

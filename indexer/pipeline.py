@@ -26,7 +26,8 @@ from service.clients.embeddings import EmbeddingClient
 from service.config import Settings
 from service.documents.writer import content_hash, sparse_vectors
 from service.errors import RagserveError
-from service.store.qdrant import Chunk, CollectionInfo, VectorStore
+from service.store.base import VectorStore
+from service.store.types import Chunk, CollectionInfo
 
 log = logging.getLogger("ragserve.indexer")
 ChunkerFactory = Callable[[int | None, int], Chunker]
@@ -64,7 +65,7 @@ class Pipeline:
     async def run(self, job: Job, cancelled: asyncio.Event) -> None:
         spec = IngestSpec.model_validate(job.spec)
         cfg = self.settings.indexer
-        info = await self.store.get_collection(job.collection)
+        info = await self.store.describe(job.collection)
         chunker = self.chunker_factory(spec.chunk_tokens or cfg.chunk_tokens,
                                        cfg.chunk_overlap if spec.chunk_overlap is None else spec.chunk_overlap)
         source_name = spec.source_name or default_source_name(spec.source)

@@ -27,7 +27,7 @@ from service.clients.embeddings import EmbeddingClient
 from service.config import Settings
 from service.errors import RagserveError
 from service.security.fetch import SafeFetcher
-from service.store.qdrant import VectorStore
+from service.store.base import VectorStore
 
 log = logging.getLogger("ragserve.worker")
 

@@ -170,13 +170,21 @@ class FetchSettings(BaseModel):
 
 
 class QdrantSettings(BaseModel):
-    """Embedded local mode under ``path`` unless ``url`` names a Qdrant server."""
+    """The embedded Qdrant Edge store under ``path`` unless ``url`` names a Qdrant server."""
 
-    url: str | None = Field(None, description="Qdrant server URL (production). Unset: embedded store.")
+    url: str | None = Field(None, description="Qdrant server URL (production). Unset: embedded Qdrant Edge store.")
     path: Path | None = Field(None, description="Embedded store directory (default: <data_dir>/qdrant).")
     api_key: SecretStr | None = None
     timeout_s: float = 10.0
-    max_concurrency: int = 8
+    max_concurrency: int = Field(8, description="Store calls in flight; more wait up to timeout_s, then 504.")
+    metadata_ttl_s: float = Field(
+        10.0, description="Server: how long collection settings are cached (other replicas' changes show after it)."
+    )
+    edge_threads: int = Field(2, ge=1, description="Embedded store: threads that run engine calls.")
+    edge_write_batch: int = Field(
+        128, ge=1, description="Embedded store: points per engine write (each holds the GIL; kept short)."
+    )
+    hnsw_ef: int = Field(256, ge=1, description="HNSW search breadth, used once `ragserve optimize` built HNSW.")
     shard_number: int | None = Field(None, description="Shards per new collection (server; default: Qdrant's).")
     replication_factor: int | None = Field(None, description="Copies of each shard (a Qdrant cluster).")
     write_consistency_factor: int | None = Field(None, description="Replicas that must ack a write.")

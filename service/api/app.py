@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
+from qdrant_client import AsyncQdrantClient
 
 from indexer.queue_sqlite import SqliteJobQueue
 from service import __version__
@@ -29,7 +30,8 @@ from service.media.service import MediaService
 from service.profiles import get_profile, resolve_generator
 from service.search.service import SearchService
 from service.security.fetch import Resolver, SafeFetcher
-from service.store.qdrant import Fusion, VectorStore, open_client
+from service.store.factory import open_store
+from service.store.types import Fusion
 
 
 def _window(model_max: int, settings: Settings) -> int:
@@ -37,14 +39,16 @@ def _window(model_max: int, settings: Settings) -> int:
     return min(model_max, settings.runners.max_model_len or model_max)
 
 
-def build_services(
+async def build_services(
     settings: Settings,
     metrics: Metrics,
     transports: Mapping[str, httpx.AsyncBaseTransport] | None = None,
     resolver: Resolver | None = None,
+    store_client: AsyncQdrantClient | None = None,
 ) -> Services:
     """Create every client. ``transports`` (tests only) replaces the network edge of a runner client;
-    ``resolver`` (tests only) replaces the DNS edge of the URL fetcher."""
+    ``resolver`` (tests only) replaces the DNS edge of the URL fetcher; ``store_client`` (tests only) runs
+    the Qdrant server backend on the given qdrant-client (its local mode)."""
     transports = transports or {}
     profile = get_profile(settings.profile)
     up = settings.upstream
@@ -75,21 +79,7 @@ def build_services(
             instruction=settings.rerank_instruction,
             truncate_tokens=_window(profile.reranker.max_tokens, settings),
         )
-    q = settings.qdrant
-    if not q.url:
-        settings.qdrant_path.mkdir(parents=True, exist_ok=True)
-    store = VectorStore(
-        open_client(
-            url=q.url, path=None if q.url else str(settings.qdrant_path),
-            api_key=q.api_key.get_secret_value() if q.api_key else None, timeout_s=q.timeout_s,
-        ),
-        max_concurrency=q.max_concurrency,
-        timeout_s=q.timeout_s,
-        topology=None if not q.url else {
-            "shard_number": q.shard_number, "replication_factor": q.replication_factor,
-            "write_consistency_factor": q.write_consistency_factor,
-        },
-    )
+    store = await open_store(settings, client=store_client)
     ss = settings.search
     search_service = SearchService(
         store, embedder, reranker, max_rerank_candidates=settings.limits.max_rerank_candidates,
@@ -126,16 +116,17 @@ def create_app(
     transports: Mapping[str, httpx.AsyncBaseTransport] | None = None,
     with_worker: bool = False,
     resolver: Resolver | None = None,
+    store_client: AsyncQdrantClient | None = None,
 ) -> FastAPI:
     """The API. ``with_worker`` also runs an indexing worker in this process: the way to use the embedded
-    store, which only one process may open."""
+    store, which only one process may open. The other arguments are test hooks (see build_services)."""
     if not settings.api_keys:
         raise ValueError("no API keys configured: set RAGSERVE_API_KEYS (every route but /health needs one)")
     metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
-        services = build_services(settings, metrics, transports, resolver)
+        services = await build_services(settings, metrics, transports, resolver, store_client)
         worker_task = None
         stop = asyncio.Event()
         if with_worker:

@@ -17,7 +17,7 @@ from service.media.service import MediaService
 from service.profiles import Profile
 from service.search.service import SearchService
 from service.security.fetch import SafeFetcher
-from service.store.qdrant import VectorStore
+from service.store.base import VectorStore
 
 
 @dataclass

@@ -14,13 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from qdrant_client import models
-
 from service.clients.embeddings import EmbeddingClient
 from service.config import Limits
 from service.errors import InvalidInput, PayloadTooLarge
 from service.sparse.bm25 import Bm25Encoder
-from service.store.qdrant import Chunk, CollectionInfo, VectorStore
+from service.store.base import VectorStore
+from service.store.types import Chunk, CollectionInfo, SparseVector
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ def content_hash(text: str, metadata: dict[str, Any], *extra: object) -> str:
     return h.hexdigest()[:32]
 
 
-def sparse_vectors(info: CollectionInfo, texts: Sequence[str]) -> list[models.SparseVector] | None:
+def sparse_vectors(info: CollectionInfo, texts: Sequence[str]) -> list[SparseVector] | None:
     """BM25 document vectors when the collection stores them."""
     if info.sparse is None:
         return None
@@ -100,7 +99,7 @@ class DocumentWriter:
                 )
 
     async def write(self, collection: str, documents: Sequence[NewDocument]) -> WriteResult:
-        info = await self.store.get_collection(collection)
+        info = await self.store.describe(collection)
         self.validate(documents, info.dimensions)
         timings: dict[str, float] = {}
         to_embed = [i for i, d in enumerate(documents) if d.vector is None]

@@ -13,35 +13,34 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from qdrant_client import models
-
 from service.errors import InvalidInput
+from service.store.types import Condition, Filter, Match, MatchAny, Range
 
 FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}(\.[A-Za-z_][A-Za-z0-9_\-]{0,63}){0,3}$")
 RANGE_KEYS = {"gt", "gte", "lt", "lte"}
 
 
-def build_filter(spec: dict[str, Any] | None) -> models.Filter | None:
+def build_filter(spec: dict[str, Any] | None) -> Filter | None:
     if not spec:
         return None
-    conditions: list[models.Condition] = []
+    conditions: list[Condition] = []
     for field, condition in spec.items():
         if not FIELD_RE.match(field):
             raise InvalidInput(f"invalid filter field {field!r}", code="invalid_filter", param="filter")
         key = "doc_id" if field == "doc_id" else f"metadata.{field}"
         conditions.append(_condition(key, field, condition))
-    return models.Filter(must=conditions)
+    return Filter(must=tuple(conditions))
 
 
-def _condition(key: str, field: str, condition: Any) -> models.FieldCondition:
+def _condition(key: str, field: str, condition: Any) -> Condition:
     if _scalar(condition):
-        return models.FieldCondition(key=key, match=models.MatchValue(value=condition))
+        return Match(key, condition)
     if isinstance(condition, list) and condition and all(_scalar(v) and not isinstance(v, bool) for v in condition):
         if len({type(v) for v in condition}) == 1:
-            return models.FieldCondition(key=key, match=models.MatchAny(any=condition))
+            return MatchAny(key, tuple(condition))
     if isinstance(condition, dict) and condition and set(condition) <= RANGE_KEYS:
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in condition.values()):
-            return models.FieldCondition(key=key, range=models.Range(**condition))
+            return Range(key, **condition)
     raise InvalidInput(
         f"filter on {field!r} must be a value, a non-empty list of values of one type, "
         "or a range object with gt/gte/lt/lte numbers",

@@ -9,13 +9,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from qdrant_client import models
-
 from service.clients.embeddings import EmbeddingClient
 from service.clients.rerank import RerankClient
 from service.errors import BadRequest, Conflict
 from service.sparse.bm25 import Bm25Encoder
-from service.store.qdrant import Fusion, Hit, VectorStore
+from service.store.base import VectorStore
+from service.store.types import Filter, Fusion, Hit
 
 DEFAULT_RERANK_CANDIDATES = 30
 StageObserver = Callable[[str, float], None]
@@ -41,7 +40,7 @@ class SearchQuery:
     collection: str
     query: str
     top_k: int
-    query_filter: models.Filter | None = None
+    query_filter: Filter | None = None
     rerank: bool | None = None
     """None: rerank when a reranker is configured."""
     rerank_candidates: int | None = None
@@ -79,7 +78,7 @@ class SearchService:
         timings: dict[str, float] = {}
         started = time.perf_counter()
 
-        info = await self.store.get_collection(q.collection)
+        info = await self.store.describe(q.collection)
         try:
             self.embedder.model.check_dimensions(info.dimensions)
         except ValueError as exc:

@@ -16,26 +16,13 @@ import zlib
 from collections import Counter
 from functools import lru_cache
 
-from pydantic import BaseModel, ConfigDict, Field
-from qdrant_client import models
-
+from service.sparse.config import SparseConfig
 from service.sparse.stopwords import STOPWORDS
+from service.store.types import SparseVector
+
+__all__ = ["Bm25Encoder", "SparseConfig"]
 
 TOKEN_RE = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
-
-
-class SparseConfig(BaseModel):
-    """Per-collection analysis settings (stored with the collection, used for documents and queries)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    language: str = Field("english", description="Snowball stemmer language.")
-    lowercase: bool = True
-    stemming: bool = True
-    stopwords: bool = Field(True, description="Drop English stop-words.")
-    k1: float = Field(1.2, ge=0)
-    b: float = Field(0.75, ge=0, le=1)
-    avg_len: float = Field(256.0, gt=0, description="Typical chunk length in terms, for length normalisation.")
 
 
 @lru_cache(maxsize=8)
@@ -59,7 +46,7 @@ class Bm25Encoder:
             words = self._stem(words)
         return words
 
-    def encode_document(self, text: str) -> models.SparseVector:
+    def encode_document(self, text: str) -> SparseVector:
         cfg = self.config
         counts = Counter(self.terms(text))
         length = sum(counts.values())
@@ -68,11 +55,11 @@ class Bm25Encoder:
         for term, tf in counts.items():
             index = _index(term)
             weights[index] = weights.get(index, 0.0) + tf * (cfg.k1 + 1) / (tf + norm)
-        return models.SparseVector(indices=list(weights), values=list(weights.values()))
+        return SparseVector(indices=list(weights), values=list(weights.values()))
 
-    def encode_query(self, text: str) -> models.SparseVector:
+    def encode_query(self, text: str) -> SparseVector:
         indices = sorted({_index(t) for t in self.terms(text)})
-        return models.SparseVector(indices=indices, values=[1.0] * len(indices))
+        return SparseVector(indices=indices, values=[1.0] * len(indices))
 
 
 def _index(term: str) -> int:

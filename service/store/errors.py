@@ -1,11 +1,12 @@
-"""Store errors, translated from qdrant-client exceptions.
+"""Store errors, translated from the engines' own exceptions (qdrant-client, the Qdrant Edge binding).
 
 Hierarchy::
 
     StoreError (503)
-    ├── CollectionNotFound (404)
-    ├── CollectionExists (409)
-    └── StoreTimeout (504)
+    ├── StoreTimeout (504)
+    ├── StoreFull (507: the data disk is full; nothing was written)
+    ├── LegacyStoreLayout, StoreLocked (start-up refusals of the embedded store)
+    CollectionNotFound (404), CollectionExists (409)
 """
 
 from __future__ import annotations
@@ -36,3 +37,33 @@ class CollectionExists(Conflict):
 
     def __init__(self, name: str) -> None:
         super().__init__(f"collection {name!r} already exists", param="name")
+
+
+class StoreFull(StoreError):
+    status_code = 507
+    code = "store_full"
+
+
+class LegacyStoreLayout(StoreError):
+    """Start-up refusal: the store folder holds data this version cannot open. Nothing in it is touched."""
+
+    code = "store_layout_unsupported"
+
+    def __init__(self, root: object, why: str) -> None:
+        super().__init__(
+            f"the store folder {root} cannot be opened: {why}. Qdrant Edge, ragserve's embedded store, cannot "
+            f"read it; nothing in it was changed or deleted. Re-index into a new folder (set RAGSERVE_DATA_DIR "
+            f"or RAGSERVE_QDRANT__PATH), or move {root} away."
+        )
+
+
+class StoreLocked(StoreError):
+    """Start-up refusal: another process has the embedded store open (Qdrant Edge admits one)."""
+
+    code = "store_locked"
+
+    def __init__(self, root: object, holder: str) -> None:
+        super().__init__(
+            f"the embedded store {root} is open in another process ({holder}); it admits one process. Stop that "
+            "process, or run the worker inside the API (ragserve serve --with-worker), or use a Qdrant server."
+        )

@@ -13,10 +13,11 @@ import sys
 import time
 from pathlib import Path
 
+from service.store.qdrant import VectorStore, open_client
+
 from indexer.queue_sqlite import SqliteJobQueue
 from indexer.spec import IngestSpec, PathSource
 from service.profiles import MINILM
-from service.store.qdrant import VectorStore, open_client
 from tests.support.runners import RunnerURLs
 
 DOCS = 400

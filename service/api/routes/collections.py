@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import APIRouter, Path, status
 
 from service.api.deps import ApiKey, ServicesDep
@@ -17,7 +15,7 @@ from service.api.schemas.errors import ERROR_RESPONSES
 from service.documents.writer import NewDocument
 from service.errors import InvalidInput, NotFound, PayloadTooLarge
 from service.sparse.bm25 import SparseConfig
-from service.store.qdrant import CollectionInfo
+from service.store.types import CollectionInfo
 
 router = APIRouter(prefix="/v1/collections", tags=["collections"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
 CollectionName = Path(pattern=COLLECTION_NAME)
@@ -48,9 +46,7 @@ async def create_collection(body: CollectionCreate, services: ServicesDep) -> Co
 
 @router.get("", summary="List collections")
 async def list_collections(services: ServicesDep) -> CollectionList:
-    names = await services.store.list_collections()
-    infos = await asyncio.gather(*(services.store.get_collection(n) for n in names))
-    return CollectionList(collections=[_out(i) for i in infos])
+    return CollectionList(collections=[_out(i) for i in await services.store.list_collections()])
 
 
 @router.get("/{name}", summary="Describe a collection")

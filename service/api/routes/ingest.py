@@ -39,7 +39,7 @@ MULTIPART_DOC = {
 @router.post("/v1/collections/{name}/ingest", status_code=status.HTTP_202_ACCEPTED, openapi_extra=MULTIPART_DOC,
              summary="Submit an ingest job; answers at once with its id")
 async def ingest(request: Request, services: ServicesDep, name: str = CollectionName) -> JobOut:
-    await services.store.get_collection(name)  # 404 before anything is stored
+    await services.store.describe(name)  # 404 before anything is stored
     job_id = uuid.uuid4().hex
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         spec = await _uploads(request, services, job_id)

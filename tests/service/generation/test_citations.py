@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+from service.store.qdrant import Hit
+
 from service.generation.citations import build_citations, mark_cited
 from service.search.service import RankedHit
-from service.store.qdrant import Hit
 
 
 def _hit(doc: str, text: str, metadata: dict, score: float, location: dict | None = None) -> RankedHit:

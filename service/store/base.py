@@ -1,0 +1,132 @@
+"""The store interface: what the search service, the documents writer and the indexer ask of Qdrant.
+
+Two backends implement it: :class:`service.store.edge.EdgeStore` (Qdrant Edge, the embedded default, one
+process per data folder) and :class:`service.store.server.ServerStore` (a Qdrant server or cluster over
+``AsyncQdrantClient``). Both hold the same points and answer the same queries; ``tests/service/store``
+runs one contract suite over both.
+
+A document is complete in the store when it holds exactly the chunks ``0..chunk_count-1``, all with the same
+``content_hash``. :meth:`VectorStore.replace_documents` writes the new chunks first and then deletes the
+document's chunks of any other hash, so a crash between the two leaves at worst stale extra chunks that the
+next run removes, never a document that looks complete but is not.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from service.sparse.config import SparseConfig
+from service.store.types import (
+    Chunk,
+    CollectionInfo,
+    DocState,
+    Filter,
+    Fusion,
+    Hit,
+    MatchAny,
+    SparseVector,
+    doc_filter,
+    stale_versions,
+)
+
+
+class VectorStore(ABC):
+    """Collections of chunks. Every method may raise :class:`service.store.errors.StoreError` (503),
+    :class:`~service.store.errors.StoreTimeout` (504) or :class:`~service.store.errors.CollectionNotFound`."""
+
+    backend: str
+
+    @abstractmethod
+    async def aclose(self) -> None: ...
+
+    async def flush(self) -> None:
+        """Make every acknowledged write durable now (a no-op where the engine already did)."""
+        return None
+
+    @abstractmethod
+    async def ping(self) -> bool: ...
+
+    @abstractmethod
+    async def create_collection(
+        self, name: str, *, dimensions: int, model: str, filter_fields: dict[str, str] | None = None,
+        sparse: SparseConfig | None = None,
+    ) -> CollectionInfo: ...
+
+    @abstractmethod
+    async def list_collections(self) -> list[CollectionInfo]:
+        """Every collection with its settings and point count, without a call per collection."""
+
+    @abstractmethod
+    async def describe(self, name: str) -> CollectionInfo:
+        """A collection's settings for the query and write paths: cached, no count (``points`` as cached)."""
+
+    @abstractmethod
+    async def get_collection(self, name: str) -> CollectionInfo:
+        """A collection's settings and its exact point count."""
+
+    @abstractmethod
+    async def delete_collection(self, name: str) -> None: ...
+
+    @abstractmethod
+    async def upsert(
+        self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
+        sparse: Sequence[SparseVector] | None = None,
+    ) -> None: ...
+
+    @abstractmethod
+    async def delete(self, name: str, where: Filter) -> None:
+        """Delete every point matching ``where``."""
+
+    @abstractmethod
+    async def scroll_states(self, name: str, where: Filter | None) -> dict[str, DocState]:
+        """Fold the (doc_id, chunk_index, hash, count) payload of every matching point into states."""
+
+    @abstractmethod
+    async def query(
+        self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
+        limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
+    ) -> list[Hit]:
+        """Dense, sparse, or both fused, in one engine call (prefetches + fusion when both are given)."""
+
+    @abstractmethod
+    async def count(self, name: str, where: Filter | None = None) -> int: ...
+
+    # --- built on the primitives above, the same for every backend ------------------------------------
+
+    async def replace_documents(
+        self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
+        sparse: Sequence[SparseVector] | None = None,
+    ) -> None:
+        """Upsert the chunks of whole documents, then drop those documents' chunks of other versions."""
+        await self.upsert(name, chunks, vectors, sparse)
+        await self.delete(name, stale_versions({c.doc_id: c.content_hash for c in chunks}))
+
+    async def delete_documents(self, name: str, doc_ids: Sequence[str]) -> None:
+        if doc_ids:
+            await self.delete(name, Filter(must=(MatchAny("doc_id", tuple(doc_ids)),)))
+
+    async def delete_source(self, name: str, source: str) -> None:
+        """Delete every document indexed from one source."""
+        where = doc_filter(source=source)
+        assert where is not None
+        await self.delete(name, where)
+
+    async def doc_states(self, name: str, *, source: str | None = None,
+                         doc_ids: Sequence[str] | None = None) -> dict[str, DocState]:
+        """Hash and chunk indices of every stored document (of one source, or of the given ids)."""
+        if doc_ids is not None and not doc_ids:
+            return {}
+        return await self.scroll_states(
+            name, doc_filter(source=source, doc_ids=list(doc_ids) if doc_ids is not None else None)
+        )
+
+    async def search(self, name: str, vector: Sequence[float], *, limit: int,
+                     query_filter: Filter | None = None) -> list[Hit]:
+        return await self.query(name, dense=vector, limit=limit, query_filter=query_filter)
+
+
+def check_vectors(chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
+                  sparse: Sequence[SparseVector] | None) -> None:
+    if len(chunks) != len(vectors) or (sparse is not None and len(sparse) != len(chunks)):
+        raise ValueError("one vector per chunk")

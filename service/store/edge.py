@@ -1,0 +1,441 @@
+"""The embedded store: Qdrant Edge (``qdrant-edge-py``), Qdrant's own Rust engine inside this process.
+
+Layout under the store folder (``<data dir>/qdrant`` by default)::
+
+    ragserve-store.json             format marker (a folder without it is not ours: refused, never touched)
+    .lock                           held (flock) by the one process that has the store open
+    collections/<name>/collection.json   dimensions, model, filter fields, BM25 settings
+    collections/<name>/shard/            one EdgeShard: segments + write-ahead log
+
+Concurrency. The Edge binding holds the GIL for the whole of each call, so a long call freezes every
+Python thread, the event loop included. Hence:
+
+- every engine call runs in a small thread pool, bounded by a semaphore with a timeout (nothing queues
+  without bound, and the event loop itself never runs engine code);
+- each call is kept short: upserts go in slices of ``write_batch`` points (a few milliseconds each), so
+  other requests and heartbeats run between slices;
+- one writer at a time per shard (an ``asyncio.Lock``), readers never wait for writers;
+- ``optimize()`` (the HNSW build, seconds to minutes with the GIL held) never runs in a serving process:
+  ``ragserve optimize`` runs it in its own process, and refuses while the store is open elsewhere.
+
+Durability: the engine writes a WAL before it acknowledges an update, and replays it on load, so an
+acknowledged write survives a SIGKILL; :meth:`EdgeStore.flush` (job end, shutdown) persists segments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import qdrant_edge as qe
+
+from service.sparse.config import SparseConfig
+from service.store.base import VectorStore, check_vectors
+from service.store.errors import (
+    CollectionExists,
+    CollectionNotFound,
+    LegacyStoreLayout,
+    StoreError,
+    StoreFull,
+    StoreLocked,
+    StoreTimeout,
+)
+from service.store.types import (
+    DENSE,
+    INTERNAL_INDEXES,
+    SPARSE,
+    Chunk,
+    CollectionInfo,
+    DocState,
+    Filter,
+    Fusion,
+    Hit,
+    Match,
+    MatchAny,
+    Range,
+    SparseVector,
+    StateCollector,
+    point_id,
+)
+
+log = logging.getLogger("ragserve.store")
+T = TypeVar("T")
+MARKER = "ragserve-store.json"
+FORMAT = {"engine": "qdrant-edge", "layout": 1}
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,63}$")
+FIELD_TYPES = {
+    "keyword": qe.PayloadSchemaType.Keyword,
+    "integer": qe.PayloadSchemaType.Integer,
+    "float": qe.PayloadSchemaType.Float,
+    "bool": qe.PayloadSchemaType.Bool,
+    "datetime": qe.PayloadSchemaType.Datetime,
+    "text": qe.PayloadSchemaType.Text,
+}
+
+
+@dataclass
+class _Collection:
+    info: CollectionInfo
+    shard: qe.EdgeShard
+    folder: Path
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    closed: bool = False
+
+
+class EdgeStore(VectorStore):
+    backend = "edge"
+
+    def __init__(self, root: Path, *, max_concurrency: int = 8, timeout_s: float = 10.0, threads: int = 2,
+                 write_batch: int = 128, hnsw_ef: int = 256) -> None:
+        """Use :meth:`open` (it takes the folder's lock and loads every collection)."""
+        self.root = root
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._timeout_s = timeout_s
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="qdrant-edge")
+        self._write_batch = write_batch
+        self._params = qe.SearchParams(hnsw_ef=hnsw_ef)
+        # IDF over the live points: by default the engine counts deleted points until a vacuum rewrites the
+        # segment (and Edge has no background optimizer), so a deleted document would skew BM25 forever.
+        self._sparse_params = qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter(must=[qe.HasVectorCondition(SPARSE)])))
+        self._collections: dict[str, _Collection] = {}
+        self._create_lock = asyncio.Lock()
+        self._lock_file: Any = None
+
+    # --- opening and closing -------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, root: Path, **kwargs: Any) -> EdgeStore:
+        store = cls(root, **kwargs)
+        await asyncio.to_thread(store._open_sync)
+        return store
+
+    def _open_sync(self) -> None:
+        self._lock_file = lock_store(self.root)
+        for folder in sorted((self.root / "collections").iterdir()):
+            meta_path = folder / "collection.json"
+            if not meta_path.is_file():
+                log.warning("ignoring %s: no collection.json (an interrupted create)", folder)
+                continue
+            meta = json.loads(meta_path.read_text())
+            shard = qe.EdgeShard.load(str(folder / "shard"))
+            info = CollectionInfo.from_metadata(folder.name, int(meta["dimensions"]), 0, meta)
+            self._collections[folder.name] = _Collection(info, shard, folder)
+
+    async def aclose(self) -> None:
+        for name in list(self._collections):
+            coll = self._collections.pop(name)
+            async with coll.write_lock:
+                coll.closed = True
+                await asyncio.get_running_loop().run_in_executor(self._pool, _flush_and_close, coll.shard)
+        self._pool.shutdown(wait=True)
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    async def flush(self) -> None:
+        for coll in list(self._collections.values()):
+            async with coll.write_lock:
+                if not coll.closed:
+                    await self._run(coll.info.name, coll.shard.flush)
+
+    async def ping(self) -> bool:
+        return self._lock_file is not None
+
+    # --- engine calls ----------------------------------------------------------------------------------
+
+    def _get(self, name: str) -> _Collection:
+        coll = self._collections.get(name)
+        if coll is None or coll.closed:
+            raise CollectionNotFound(name)
+        return coll
+
+    async def _run(self, name: str | None, fn: Callable[[], T]) -> T:
+        """One engine call in the pool, bounded and timed, its errors translated."""
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self._timeout_s)
+        except asyncio.TimeoutError as exc:
+            raise StoreTimeout(f"the embedded store is saturated (no slot within {self._timeout_s:g}s)") from exc
+        try:
+            future = asyncio.get_running_loop().run_in_executor(self._pool, fn)
+            return await asyncio.wait_for(future, self._timeout_s)
+        except asyncio.TimeoutError as exc:
+            raise StoreTimeout(f"the embedded store did not answer within {self._timeout_s:g}s") from exc
+        except (StoreError, CollectionNotFound):
+            raise
+        except Exception as exc:  # the binding raises plain Exception with the engine's message
+            if name is not None and (name not in self._collections or self._collections[name].closed):
+                raise CollectionNotFound(name) from exc
+            reason = _reason(exc)
+            if reason == NO_SPACE:
+                raise StoreFull(f"the embedded store cannot write: {reason}") from exc
+            raise StoreError(f"the embedded store failed: {reason}") from exc
+        finally:
+            self._slots.release()
+
+    # --- collections -----------------------------------------------------------------------------------
+
+    async def create_collection(
+        self, name: str, *, dimensions: int, model: str, filter_fields: dict[str, str] | None = None,
+        sparse: SparseConfig | None = None,
+    ) -> CollectionInfo:
+        if not NAME_RE.match(name):
+            raise ValueError(f"invalid collection name {name!r}")
+        async with self._create_lock:
+            if name in self._collections:
+                raise CollectionExists(name)
+            info = CollectionInfo(name, dimensions, 0, model, dict(filter_fields or {}), sparse)
+            folder = self.root / "collections" / name
+            shard = await self._run(None, lambda: _create_shard(folder, info))
+            self._collections[name] = _Collection(info, shard, folder)
+            return info
+
+    async def list_collections(self) -> list[CollectionInfo]:
+        colls = [c for _, c in sorted(self._collections.items()) if not c.closed]
+        counts = await self._run(None, lambda: [c.shard.info().points_count for c in colls])
+        return [replace(c.info, points=n) for c, n in zip(colls, counts, strict=True)]
+
+    async def describe(self, name: str) -> CollectionInfo:
+        return self._get(name).info
+
+    async def get_collection(self, name: str) -> CollectionInfo:
+        coll = self._get(name)
+        return replace(coll.info, points=await self.count(name))
+
+    async def delete_collection(self, name: str) -> None:
+        coll = self._get(name)
+        async with coll.write_lock:
+            if coll.closed:
+                raise CollectionNotFound(name)
+            coll.closed = True
+            self._collections.pop(name, None)
+            await asyncio.get_running_loop().run_in_executor(self._pool, _drop, coll)
+
+    # --- points ----------------------------------------------------------------------------------------
+
+    async def upsert(
+        self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
+        sparse: Sequence[SparseVector] | None = None,
+    ) -> None:
+        check_vectors(chunks, vectors, sparse)
+        coll = self._get(name)
+        step = self._write_batch
+        async with coll.write_lock:
+            for start in range(0, len(chunks), step):
+                end = start + step
+                part = (chunks[start:end], vectors[start:end], sparse[start:end] if sparse is not None else None)
+                await self._run(name, lambda part=part: _upsert(coll.shard, name, *part))
+
+    async def delete(self, name: str, where: Filter) -> None:
+        coll = self._get(name)
+        op = qe.UpdateOperation.delete_points_by_filter(to_edge(where))
+        async with coll.write_lock:
+            await self._run(name, lambda: coll.shard.update(op))
+
+    async def scroll_states(self, name: str, where: Filter | None, page_size: int = 2048) -> dict[str, DocState]:
+        coll = self._get(name)
+        flt = to_edge(where) if where is not None else None
+        states = StateCollector()
+        offset: Any = None
+        while True:
+            request = qe.ScrollRequest(offset=offset, limit=page_size, filter=flt, with_payload=StateCollector.FIELDS,
+                                       with_vector=False)
+            records, offset = await self._run(name, lambda request=request: coll.shard.scroll(request))
+            for r in records:
+                states.add(r.payload)
+            if offset is None:
+                return states.states()
+
+    async def query(
+        self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
+        limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
+    ) -> list[Hit]:
+        coll = self._get(name)
+        flt = to_edge(query_filter) if query_filter is not None else None
+        request = self._request(dense, sparse, limit, flt, fusion)
+        points = await self._run(name, lambda: coll.shard.query(request))
+        return [Hit.from_payload(p.id, p.score, p.payload) for p in points]
+
+    def _request(self, dense: Sequence[float] | None, sparse: SparseVector | None, limit: int,
+                 flt: qe.Filter | None, fusion: Fusion | None) -> qe.QueryRequest:
+        dense_q = qe.Query.Nearest(list(dense), using=DENSE) if dense is not None else None
+        sparse_q = (qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE)
+                    if sparse is not None else None)
+        if dense_q is not None and sparse_q is not None:
+            fusion = fusion or Fusion()
+            depth = max(limit, fusion.prefetch_limit)
+            fused = (qe.Fusion.Dbsf() if fusion.method == "dbsf"
+                     else qe.Fusion.Rrf(k=fusion.rrf_k, weights=[fusion.dense_weight, fusion.sparse_weight]))
+            return qe.QueryRequest(
+                limit=limit, query=fused, filter=flt, with_payload=True,
+                prefetches=[qe.Prefetch(limit=depth, query=dense_q, filter=flt, params=self._params),
+                            qe.Prefetch(limit=depth, query=sparse_q, filter=flt, params=self._sparse_params)],
+            )
+        query = dense_q or sparse_q
+        if query is None:
+            raise ValueError("a dense or a sparse query vector is needed")
+        return qe.QueryRequest(limit=limit, query=query, filter=flt, with_payload=True,
+                               params=self._params if dense_q is not None else self._sparse_params)
+
+    async def count(self, name: str, where: Filter | None = None) -> int:
+        coll = self._get(name)
+        request = qe.CountRequest(exact=True, filter=to_edge(where) if where is not None else None)
+        return int(await self._run(name, lambda: coll.shard.count(request)))
+
+
+# --- helpers that run in the pool (plain functions: no event-loop state) -------------------------------
+
+
+def _create_shard(folder: Path, info: CollectionInfo) -> qe.EdgeShard:
+    if folder.exists():  # an earlier create that never wrote collection.json: ours, and empty of meaning
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    config = qe.EdgeConfig(
+        vectors={DENSE: qe.EdgeVectorParams(size=info.dimensions, distance=qe.Distance.Cosine)},
+        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)} if info.sparse else None,
+    )
+    shard = qe.EdgeShard.create(str(folder / "shard"), config)
+    indexes = {**INTERNAL_INDEXES, **{f"metadata.{k}": v for k, v in info.filter_fields.items()}}
+    for key, kind in indexes.items():
+        shard.update(qe.UpdateOperation.create_field_index(key, FIELD_TYPES[kind]))
+    shard.flush()
+    _write_json(folder / "collection.json", {"dimensions": info.dimensions, **info.metadata()})
+    return shard
+
+
+def _upsert(shard: qe.EdgeShard, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
+            sparse: Sequence[SparseVector] | None) -> None:
+    points = []
+    for i, (c, v) in enumerate(zip(chunks, vectors, strict=True)):
+        vector: dict[str, Any] = {DENSE: list(v)}
+        if sparse is not None:
+            vector[SPARSE] = qe.SparseVector(list(sparse[i].indices), list(sparse[i].values))
+        points.append(qe.Point(point_id(name, c.doc_id, c.chunk_index), vector, c.payload()))
+    shard.update(qe.UpdateOperation.upsert_points(points))
+
+
+def _flush_and_close(shard: qe.EdgeShard) -> None:
+    shard.flush()
+    shard.close()
+
+
+def _drop(coll: _Collection) -> None:
+    coll.shard.close()
+    (coll.folder / "collection.json").unlink(missing_ok=True)  # first: a half-deleted folder is ignored
+    shutil.rmtree(coll.folder, ignore_errors=True)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+NO_SPACE = "no space left on the data disk"
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    if "No space left" in text or "os error 28" in text:
+        return NO_SPACE
+    return text[:300]
+
+
+def to_edge(flt: Filter) -> qe.Filter:
+    def cond(c: Any) -> Any:
+        if isinstance(c, Filter):
+            return to_edge(c)
+        if isinstance(c, Match):
+            # The 0.9 binding tries int before bool, so a Python bool would match the integer 1, never a bool
+            # payload; numpy's bool is not an integer and lands on the bool variant.
+            value = np.bool_(c.value) if isinstance(c.value, bool) else c.value
+            return qe.FieldCondition(key=c.key, match=qe.MatchValue(value))
+        if isinstance(c, MatchAny):
+            return qe.FieldCondition(key=c.key, match=qe.MatchAny(list(c.values)))
+        if isinstance(c, Range):
+            return qe.FieldCondition(key=c.key, range=qe.RangeFloat(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
+        raise TypeError(f"not a filter condition: {c!r}")
+
+    return qe.Filter(
+        must=[cond(c) for c in flt.must] or None,
+        must_not=[cond(c) for c in flt.must_not] or None,
+        should=[cond(c) for c in flt.should] or None,
+    )
+
+
+# --- the folder: layout check and the one-process lock --------------------------------------------------
+
+def check_layout(root: Path) -> None:
+    """Refuse a folder that holds something other than this store (an older ragserve's local-mode data)."""
+    if (root / MARKER).is_file():
+        marker = json.loads((root / MARKER).read_text())
+        if marker.get("engine") != FORMAT["engine"]:
+            raise LegacyStoreLayout(root, f"its marker names engine {marker.get('engine')!r}")
+        return
+    if (root / "meta.json").is_file() or (root / "collection").is_dir():
+        raise LegacyStoreLayout(root, "it was written by qdrant-client's local mode (ragserve before Qdrant Edge)")
+    if root.exists() and any(p.name != ".lock" for p in root.iterdir()):
+        raise LegacyStoreLayout(root, "it is not empty and holds no ragserve store marker")
+
+
+def lock_store(root: Path) -> Any:
+    """Take the folder's exclusive lock (create the layout on first use); :class:`StoreLocked` if held."""
+    check_layout(root)
+    (root / "collections").mkdir(parents=True, exist_ok=True)
+    if not (root / MARKER).is_file():
+        _write_json(root / MARKER, FORMAT)
+    f = open(root / ".lock", "a+")  # noqa: SIM115 - held open for the store's lifetime
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise StoreLocked(root, holder) from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()}\n")
+    f.flush()
+    return f
+
+
+def optimize_collection(root: Path, name: str, *, progress: Callable[[str], None] = print) -> dict[str, Any]:
+    """Build HNSW for one collection, in this process, with the store's lock held (never while serving:
+    the engine holds the GIL throughout the build)."""
+    import time
+
+    lock = lock_store(root)
+    try:
+        folder = root / "collections" / name
+        if not (folder / "collection.json").is_file():
+            raise CollectionNotFound(name)
+        shard = qe.EdgeShard.load(str(folder / "shard"))
+        points = shard.info().points_count
+        meta = json.loads((folder / "collection.json").read_text())
+        # Measured on 2 cores: about 2,400 points/s at 384 dims (40k in 16.5 s), slower in proportion to size.
+        estimate = points / (2400 * 384 / max(int(meta["dimensions"]), 1))
+        progress(f"optimizing {name!r}: {points} points, {meta['dimensions']} dims; about {estimate:.0f}s "
+                 "(the store must stay closed meanwhile)")
+        started = time.perf_counter()
+        changed = shard.optimize()
+        shard.flush()
+        info = shard.info()
+        shard.close()
+        took = time.perf_counter() - started
+        progress(f"done in {took:.1f}s: {info.segments_count} segment(s), {info.indexed_vectors_count} vectors indexed")
+        return {"points": points, "seconds": took, "changed": changed, "indexed": info.indexed_vectors_count}
+    finally:
+        lock.close()

@@ -1,0 +1,28 @@
+"""Open the store the settings name: a Qdrant server by URL, else the embedded Qdrant Edge store."""
+
+from __future__ import annotations
+
+from qdrant_client import AsyncQdrantClient
+
+from service.config import Settings
+from service.store.base import VectorStore
+from service.store.edge import EdgeStore
+from service.store.server import ServerStore, open_client
+
+
+async def open_store(settings: Settings, *, client: AsyncQdrantClient | None = None) -> VectorStore:
+    """``client`` (tests only) is a qdrant-client to run the server backend on, e.g. its local mode."""
+    q = settings.qdrant
+    if client is not None or q.url:
+        client = client or open_client(
+            url=q.url, api_key=q.api_key.get_secret_value() if q.api_key else None, timeout_s=q.timeout_s
+        )
+        return ServerStore(
+            client, max_concurrency=q.max_concurrency, timeout_s=q.timeout_s, metadata_ttl_s=q.metadata_ttl_s,
+            topology={"shard_number": q.shard_number, "replication_factor": q.replication_factor,
+                      "write_consistency_factor": q.write_consistency_factor},
+        )
+    return await EdgeStore.open(
+        settings.qdrant_path, max_concurrency=q.max_concurrency, timeout_s=q.timeout_s, threads=q.edge_threads,
+        write_batch=q.edge_write_batch, hnsw_ef=q.hnsw_ef,
+    )

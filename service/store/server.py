@@ -1,0 +1,256 @@
+"""A Qdrant server or cluster, over ``AsyncQdrantClient`` (public API only).
+
+In tests the same code runs on qdrant-client's local mode (``AsyncQdrantClient(location=":memory:")`` or
+``path=``), a pure-Python stand-in for the server: no Qdrant server can be installed where the tests run.
+Local mode is not a product backend.
+
+Collection settings are cached for ``metadata_ttl_s``: several API replicas share one server, so a change
+made by another replica is seen within the TTL; this process's own creates and deletes invalidate at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from qdrant_client import AsyncQdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from service.sparse.config import SparseConfig
+from service.store.base import VectorStore, check_vectors
+from service.store.errors import CollectionExists, CollectionNotFound, StoreError, StoreTimeout
+from service.store.types import (
+    DENSE,
+    INTERNAL_INDEXES,
+    SPARSE,
+    Chunk,
+    CollectionInfo,
+    DocState,
+    Filter,
+    Fusion,
+    Hit,
+    Match,
+    MatchAny,
+    Range,
+    SparseVector,
+    StateCollector,
+    point_id,
+)
+
+T = TypeVar("T")
+FIELD_TYPES: dict[str, models.PayloadSchemaType] = {
+    "keyword": models.PayloadSchemaType.KEYWORD,
+    "integer": models.PayloadSchemaType.INTEGER,
+    "float": models.PayloadSchemaType.FLOAT,
+    "bool": models.PayloadSchemaType.BOOL,
+    "datetime": models.PayloadSchemaType.DATETIME,
+    "text": models.PayloadSchemaType.TEXT,
+}
+
+
+class ServerStore(VectorStore):
+    backend = "server"
+
+    def __init__(self, client: AsyncQdrantClient, *, max_concurrency: int = 8, timeout_s: float = 10.0,
+                 topology: dict[str, int | None] | None = None, metadata_ttl_s: float = 10.0):
+        self.client = client
+        self._topology = {k: v for k, v in (topology or {}).items() if v is not None}
+        """shard_number / replication_factor / write_consistency_factor for new collections (a server)."""
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._timeout_s = timeout_s
+        self._ttl_s = metadata_ttl_s
+        self._described: dict[str, tuple[float, CollectionInfo]] = {}
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    async def _call(self, op: Callable[[], Awaitable[T]], collection: str | None = None) -> T:
+        """Run one client call under the concurrency bound and timeout, translating its errors."""
+        async with self._slots:
+            try:
+                return await asyncio.wait_for(op(), self._timeout_s)
+            except asyncio.TimeoutError as exc:
+                raise StoreTimeout(f"Qdrant did not answer within {self._timeout_s:g}s") from exc
+            except UnexpectedResponse as exc:
+                if exc.status_code == 404 and collection is not None:
+                    self._described.pop(collection, None)
+                    raise CollectionNotFound(collection) from exc
+                raise StoreError(f"Qdrant answered {exc.status_code}") from exc
+            except ResponseHandlingException as exc:
+                raise StoreError("Qdrant is unreachable") from exc
+            except ValueError as exc:  # local mode: "Collection X not found"
+                if collection is not None and "not found" in str(exc):
+                    self._described.pop(collection, None)
+                    raise CollectionNotFound(collection) from exc
+                raise
+
+    async def ping(self) -> bool:
+        try:
+            await self._call(self.client.get_collections)
+        except StoreError:
+            return False
+        return True
+
+    async def create_collection(
+        self, name: str, *, dimensions: int, model: str, filter_fields: dict[str, str] | None = None,
+        sparse: SparseConfig | None = None,
+    ) -> CollectionInfo:
+        if await self._call(lambda: self.client.collection_exists(name)):
+            raise CollectionExists(name)
+        info = CollectionInfo(name, dimensions, 0, model, dict(filter_fields or {}), sparse)
+        await self._call(
+            lambda: self.client.create_collection(
+                name,
+                vectors_config={DENSE: models.VectorParams(size=dimensions, distance=models.Distance.COSINE)},
+                sparse_vectors_config=(
+                    {SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)} if sparse else None
+                ),
+                metadata=info.metadata(),
+                **self._topology,
+            )
+        )
+        indexes = {**INTERNAL_INDEXES, **{f"metadata.{k}": v for k, v in info.filter_fields.items()}}
+        for key, kind in indexes.items():
+            await self._call(
+                lambda key=key, kind=kind: self.client.create_payload_index(name, key, FIELD_TYPES[kind]),
+                name,
+            )
+        self._described[name] = (time.monotonic(), info)
+        return info
+
+    async def list_collections(self) -> list[CollectionInfo]:
+        response = await self._call(self.client.get_collections)
+        names = sorted(c.name for c in response.collections)
+        return list(await asyncio.gather(*(self.describe(n) for n in names)))
+
+    async def describe(self, name: str) -> CollectionInfo:
+        cached = self._described.get(name)
+        if cached is not None and time.monotonic() - cached[0] < self._ttl_s:
+            return cached[1]
+        info = await self._call(lambda: self.client.get_collection(name), name)
+        vectors = info.config.params.vectors
+        if not isinstance(vectors, dict) or DENSE not in vectors:
+            raise StoreError(f"collection {name!r} was not created by ragserve (no {DENSE!r} vector)")
+        described = CollectionInfo.from_metadata(
+            name, vectors[DENSE].size, info.points_count or 0, info.config.metadata or {}
+        )
+        self._described[name] = (time.monotonic(), described)
+        return described
+
+    async def get_collection(self, name: str) -> CollectionInfo:
+        self._described.pop(name, None)
+        info = await self.describe(name)
+        return CollectionInfo(info.name, info.dimensions, await self.count(name), info.model, info.filter_fields,
+                              info.sparse)
+
+    async def delete_collection(self, name: str) -> None:
+        if not await self._call(lambda: self.client.collection_exists(name)):
+            raise CollectionNotFound(name)
+        self._described.pop(name, None)
+        await self._call(lambda: self.client.delete_collection(name), name)
+
+    async def upsert(
+        self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
+        sparse: Sequence[SparseVector] | None = None,
+    ) -> None:
+        check_vectors(chunks, vectors, sparse)
+        points = [
+            models.PointStruct(
+                id=point_id(name, c.doc_id, c.chunk_index),
+                vector=(
+                    {DENSE: list(v), SPARSE: _sparse(sparse[i])} if sparse is not None else {DENSE: list(v)}
+                ),
+                payload=c.payload(),
+            )
+            for i, (c, v) in enumerate(zip(chunks, vectors, strict=True))
+        ]
+        await self._call(lambda: self.client.upsert(name, points=points, wait=True), name)
+
+    async def delete(self, name: str, where: Filter) -> None:
+        selector = models.FilterSelector(filter=to_qdrant(where))
+        await self._call(lambda: self.client.delete(name, points_selector=selector, wait=True), name)
+
+    async def scroll_states(self, name: str, where: Filter | None, page_size: int = 2048) -> dict[str, DocState]:
+        flt = to_qdrant(where) if where is not None else None
+        states = StateCollector()
+        offset: Any = None
+        while True:
+            points, offset = await self._call(
+                lambda offset=offset: self.client.scroll(
+                    name, scroll_filter=flt, limit=page_size, offset=offset, with_payload=StateCollector.FIELDS,
+                    with_vectors=False,
+                ),
+                name,
+            )
+            for p in points:
+                states.add(p.payload)
+            if offset is None:
+                return states.states()
+
+    async def query(
+        self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
+        limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
+    ) -> list[Hit]:
+        flt = to_qdrant(query_filter) if query_filter is not None else None
+        kwargs: dict[str, Any]
+        if dense is not None and sparse is not None:
+            fusion = fusion or Fusion()
+            prefetch_limit = max(limit, fusion.prefetch_limit)
+            kwargs = {
+                "prefetch": [
+                    models.Prefetch(query=list(dense), using=DENSE, limit=prefetch_limit, filter=flt),
+                    models.Prefetch(query=_sparse(sparse), using=SPARSE, limit=prefetch_limit, filter=flt),
+                ],
+                "query": _fusion(fusion),
+            }
+        elif dense is not None:
+            kwargs = {"query": list(dense), "using": DENSE}
+        elif sparse is not None:
+            kwargs = {"query": _sparse(sparse), "using": SPARSE}
+        else:
+            raise ValueError("a dense or a sparse query vector is needed")
+        response = await self._call(
+            lambda: self.client.query_points(name, limit=limit, query_filter=flt, with_payload=True, **kwargs),
+            name,
+        )
+        return [Hit.from_payload(p.id, p.score, p.payload) for p in response.points]
+
+    async def count(self, name: str, where: Filter | None = None) -> int:
+        flt = to_qdrant(where) if where is not None else None
+        result = await self._call(lambda: self.client.count(name, count_filter=flt, exact=True), name)
+        return int(result.count)
+
+
+def _sparse(v: SparseVector) -> models.SparseVector:
+    return models.SparseVector(indices=list(v.indices), values=list(v.values))
+
+
+def _fusion(fusion: Fusion) -> models.Query:
+    if fusion.method == "dbsf":
+        return models.FusionQuery(fusion=models.Fusion.DBSF)
+    return models.RrfQuery(rrf=models.Rrf(k=fusion.rrf_k, weights=[fusion.dense_weight, fusion.sparse_weight]))
+
+
+def to_qdrant(flt: Filter) -> models.Filter:
+    def cond(c: Any) -> Any:
+        if isinstance(c, Filter):
+            return to_qdrant(c)
+        if isinstance(c, Match):
+            return models.FieldCondition(key=c.key, match=models.MatchValue(value=c.value))
+        if isinstance(c, MatchAny):
+            return models.FieldCondition(key=c.key, match=models.MatchAny(any=list(c.values)))
+        if isinstance(c, Range):
+            return models.FieldCondition(key=c.key, range=models.Range(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
+        raise TypeError(f"not a filter condition: {c!r}")
+
+    return models.Filter(
+        must=[cond(c) for c in flt.must] or None,
+        must_not=[cond(c) for c in flt.must_not] or None,
+        should=[cond(c) for c in flt.should] or None,
+    )
+
+
+def open_client(*, url: str | None, api_key: str | None, timeout_s: float) -> AsyncQdrantClient:
+    return AsyncQdrantClient(url=url, api_key=api_key, timeout=int(timeout_s))

@@ -1,0 +1,217 @@
+"""What the store holds and answers, independent of the engine behind it.
+
+A point is one chunk: a named dense vector ``dense``, optionally a named sparse vector ``bm25``, and the
+payload ``{doc_id, chunk_index, text, metadata, location, source, content_hash, chunk_count}``. Point ids
+are UUIDv5 of ``(collection, doc_id, chunk_index)``: upserting the same chunk twice overwrites it.
+
+Filters are a small tree (:class:`Filter` of :class:`Match` / :class:`MatchAny` / :class:`Range`) that
+each backend translates into its engine's own filter type, so no caller imports an engine's models.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from service.sparse.config import SparseConfig
+
+DENSE = "dense"
+SPARSE = "bm25"
+POINT_NAMESPACE = uuid.UUID("6f1c7d1e-2b8a-5d0c-9a57-3f1b0e7d4c21")
+FIELD_TYPES = ("keyword", "integer", "float", "bool", "datetime", "text")
+INTERNAL_INDEXES = {"doc_id": "keyword", "source": "keyword", "content_hash": "keyword"}
+"""Payload indexes every collection gets, so replacing or deleting a document is not a scan."""
+
+
+def point_id(collection: str, doc_id: str, chunk_index: int) -> str:
+    return str(uuid.uuid5(POINT_NAMESPACE, f"{collection}\x1f{doc_id}\x1f{chunk_index}"))
+
+
+@dataclass(frozen=True)
+class SparseVector:
+    indices: list[int]
+    values: list[float]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    doc_id: str
+    chunk_index: int
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    content_hash: str = ""
+    chunk_count: int = 1
+    source: str | None = None
+    location: dict[str, Any] | None = None
+    """Where the chunk sits in its document: char/byte offsets, pages, headings (for citations)."""
+
+    def payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "doc_id": self.doc_id,
+            "chunk_index": self.chunk_index,
+            "text": self.text,
+            "metadata": self.metadata,
+            "content_hash": self.content_hash,
+            "chunk_count": self.chunk_count,
+        }
+        if self.source is not None:
+            payload["source"] = self.source
+        if self.location:
+            payload["location"] = self.location
+        return payload
+
+
+@dataclass(frozen=True)
+class DocState:
+    """What the store holds of one document."""
+
+    content_hash: str
+    chunk_indices: frozenset[int]
+    chunk_count: int
+
+    @property
+    def complete(self) -> bool:
+        return self.chunk_indices == frozenset(range(self.chunk_count))
+
+
+@dataclass(frozen=True)
+class CollectionInfo:
+    name: str
+    dimensions: int
+    points: int
+    """Stored chunks: exact from :meth:`VectorStore.get_collection`; from a describe, as of its cache."""
+    model: str | None
+    filter_fields: dict[str, str]
+    sparse: SparseConfig | None = None
+    """BM25 analysis settings when the collection stores sparse vectors."""
+
+    def metadata(self) -> dict[str, Any]:
+        """What is stored beside the collection (the engine keeps dimensions itself)."""
+        meta: dict[str, Any] = {"model": self.model, "filter_fields": dict(self.filter_fields)}
+        if self.sparse is not None:
+            meta["sparse"] = self.sparse.model_dump()
+        return meta
+
+    @classmethod
+    def from_metadata(cls, name: str, dimensions: int, points: int, meta: dict[str, Any]) -> CollectionInfo:
+        return cls(
+            name=name, dimensions=dimensions, points=points, model=meta.get("model"),
+            filter_fields=dict(meta.get("filter_fields") or {}),
+            sparse=SparseConfig(**meta["sparse"]) if meta.get("sparse") else None,
+        )
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    score: float
+    doc_id: str
+    chunk_index: int
+    text: str
+    metadata: dict[str, Any]
+    location: dict[str, Any] | None = None
+    source: str | None = None
+
+    @classmethod
+    def from_payload(cls, id: object, score: float, payload: dict[str, Any] | None) -> Hit:
+        payload = payload or {}
+        return cls(
+            id=str(id), score=float(score), doc_id=str(payload.get("doc_id", "")),
+            chunk_index=int(payload.get("chunk_index", 0)), text=str(payload.get("text", "")),
+            metadata=dict(payload.get("metadata") or {}), location=payload.get("location"),
+            source=payload.get("source"),
+        )
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How dense and sparse candidates are fused: RRF (rank-based; ``k`` and per-list ``weights``) or
+    DBSF (distribution-based score normalisation)."""
+
+    method: str = "rrf"
+    prefetch_limit: int = 100
+    rrf_k: int = 60
+    dense_weight: float = 1.0
+    sparse_weight: float = 1.0
+
+
+# --- filters ------------------------------------------------------------------------------------------
+
+Scalar = str | int | bool
+
+
+@dataclass(frozen=True)
+class Match:
+    key: str
+    value: Scalar
+
+
+@dataclass(frozen=True)
+class MatchAny:
+    key: str
+    values: tuple[Scalar, ...]
+
+
+@dataclass(frozen=True)
+class Range:
+    key: str
+    gt: float | None = None
+    gte: float | None = None
+    lt: float | None = None
+    lte: float | None = None
+
+
+Condition = Union[Match, MatchAny, Range, "Filter"]  # noqa: UP007 - a forward reference
+
+
+@dataclass(frozen=True)
+class Filter:
+    """All of ``must``, none of ``must_not``, and at least one of ``should`` (when given)."""
+
+    must: tuple[Condition, ...] = ()
+    must_not: tuple[Condition, ...] = ()
+    should: tuple[Condition, ...] = ()
+
+    def and_(self, other: Filter | None) -> Filter:
+        return self if other is None else Filter(must=(self, other))
+
+
+def stale_versions(hashes: dict[str, str]) -> Filter:
+    """Chunks of these documents whose content hash is not the given one (older versions)."""
+    return Filter(should=tuple(
+        Filter(must=(Match("doc_id", doc_id),), must_not=(Match("content_hash", h),)) for doc_id, h in hashes.items()
+    ))
+
+
+def doc_filter(*, source: str | None = None, doc_ids: list[str] | None = None) -> Filter | None:
+    must: list[Condition] = []
+    if source is not None:
+        must.append(Match("source", source))
+    if doc_ids is not None:
+        must.append(MatchAny("doc_id", tuple(doc_ids)))
+    return Filter(must=tuple(must)) if must else None
+
+
+class StateCollector:
+    """Folds scrolled ``(doc_id, chunk_index, content_hash, chunk_count)`` payloads into :class:`DocState`."""
+
+    FIELDS = ["doc_id", "chunk_index", "content_hash", "chunk_count"]
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[str, set[int], int]] = {}
+        self._conflicting: set[str] = set()
+
+    def add(self, payload: dict[str, Any] | None) -> None:
+        pl = payload or {}
+        doc_id, h = str(pl.get("doc_id")), str(pl.get("content_hash", ""))
+        entry = self._seen.setdefault(doc_id, (h, set(), int(pl.get("chunk_count", 1))))
+        if entry[0] != h:
+            self._conflicting.add(doc_id)
+        entry[1].add(int(pl.get("chunk_index", 0)))
+
+    def states(self) -> dict[str, DocState]:
+        return {
+            d: DocState("" if d in self._conflicting else h, frozenset(ix), n)  # mixed versions: never complete
+            for d, (h, ix, n) in self._seen.items()
+        }
