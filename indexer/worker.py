@@ -37,6 +37,7 @@ class Worker:
                  fetcher: SafeFetcher) -> None:
         """``fetcher`` reads URL sources under ``RAGSERVE_FETCH__*`` (the caller owns and closes it)."""
         self.queue = queue
+        self.store = store
         self.settings = settings
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -92,6 +93,7 @@ class Worker:
             log.exception("job %s crashed", job.id)
             await self.queue.finish(job, "failed", f"internal error: {type(exc).__name__}")
         else:
+            await self.store.flush()  # a job reported done is on disk in the segments, not only in the WAL
             await self.queue.finish(job, "succeeded")
         finally:
             beat.cancel()

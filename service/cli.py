@@ -92,6 +92,16 @@ def cmd_worker(args: argparse.Namespace) -> None:
     run_worker()
 
 
+def cmd_optimize(args: argparse.Namespace) -> None:
+    """Build HNSW for a collection of the embedded store, in this process, while nothing else has it open."""
+    from service.store.edge import optimize_collection
+
+    settings = _settings(args)
+    if settings.qdrant.url:
+        raise SystemExit("ragserve optimize is for the embedded store; a Qdrant server optimizes by itself")
+    optimize_collection(settings.qdrant_path, args.collection)
+
+
 def cmd_runners_up(args: argparse.Namespace) -> None:
     from service.runners.launcher import runner_specs, running
 
@@ -194,6 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="run an indexing worker (the store must not be open elsewhere)")
     p.set_defaults(func=cmd_worker)
 
+    p = sub.add_parser("optimize", help="build the HNSW index of an embedded-store collection (store closed)")
+    p.add_argument("collection")
+    p.add_argument("--data-dir", type=Path, default=None)
+    p.set_defaults(func=cmd_optimize)
+
     p = sub.add_parser("runners", help="manage the vLLM runners")
     rsub = p.add_subparsers(dest="action", required=True)
     up = rsub.add_parser("up", help="start the runners and wait for Ctrl-C")
@@ -231,13 +246,14 @@ def main(argv: list[str] | None = None) -> None:
     # SIGTERM unwinds like Ctrl-C, so the runners' context managers stop their processes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from service.runners.launcher import RunnerConfigError, RunnerStartError
+    from service.store.errors import StoreError
 
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
     except KeyboardInterrupt:
         print("stopping.", file=sys.stderr)
-    except (RunnerConfigError, RunnerStartError) as exc:
+    except (RunnerConfigError, RunnerStartError, StoreError) as exc:
         print(f"ragserve: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 

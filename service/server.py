@@ -25,7 +25,16 @@ def ensure_api_key(settings: Settings) -> str | None:
     return key
 
 
+def preflight(settings: Settings) -> None:
+    """Refuse to start, with a message that names the folder, where the embedded store cannot be opened."""
+    if not settings.qdrant.url:
+        from service.store.edge import probe_store
+
+        probe_store(settings.qdrant_path)
+
+
 def serve(settings: Settings, *, with_worker: bool = False) -> None:
+    preflight(settings)
     uvicorn.run(create_app(settings, with_worker=with_worker), host=settings.host, port=settings.port,
                 log_level="info", access_log=False)
 
@@ -34,12 +43,14 @@ class BackgroundServer:
     """uvicorn in a thread, for the demo: the main thread indexes and queries through HTTP meanwhile."""
 
     def __init__(self, settings: Settings, *, with_worker: bool = False) -> None:
+        self.settings = settings
         config = uvicorn.Config(create_app(settings, with_worker=with_worker), host=settings.host, port=settings.port,
                                 log_level="warning", access_log=False)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="ragserve-api", daemon=True)
 
     def start(self, timeout_s: float = 30.0) -> None:
+        preflight(self.settings)
         self.thread.start()
         deadline = time.monotonic() + timeout_s
         while not self.server.started:

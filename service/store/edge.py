@@ -412,6 +412,19 @@ def lock_store(root: Path) -> Any:
     return f
 
 
+def probe_store(root: Path) -> None:
+    """Refuse, before a server starts, a folder it could not open: another layout, or held by a process."""
+    check_layout(root)
+    if (root / ".lock").is_file():
+        with open(root / ".lock", "a+") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                raise StoreLocked(root, f.read().strip() or "another process") from None
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def optimize_collection(root: Path, name: str, *, progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Build HNSW for one collection, in this process, with the store's lock held (never while serving:
     the engine holds the GIL throughout the build)."""

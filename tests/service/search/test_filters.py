@@ -1,10 +1,10 @@
 from __future__ import annotations
 
 import pytest
-from qdrant_client import models
 
 from service.errors import InvalidInput
 from service.search.filters import build_filter
+from service.store.types import Filter, Match, MatchAny, Range
 
 
 def test_empty_filter_is_none() -> None:
@@ -13,12 +13,12 @@ def test_empty_filter_is_none() -> None:
 
 def test_translation() -> None:
     f = build_filter({"year": 2020, "tag": ["a", "b"], "score": {"gte": 0.5, "lt": 2}, "doc_id": "d1"})
-    assert f == models.Filter(must=[
-        models.FieldCondition(key="metadata.year", match=models.MatchValue(value=2020)),
-        models.FieldCondition(key="metadata.tag", match=models.MatchAny(any=["a", "b"])),
-        models.FieldCondition(key="metadata.score", range=models.Range(gte=0.5, lt=2)),
-        models.FieldCondition(key="doc_id", match=models.MatchValue(value="d1")),
-    ])
+    assert f == Filter(must=(
+        Match("metadata.year", 2020),
+        MatchAny("metadata.tag", ("a", "b")),
+        Range("metadata.score", gte=0.5, lt=2),
+        Match("doc_id", "d1"),
+    ))
 
 
 @pytest.mark.parametrize("spec", [

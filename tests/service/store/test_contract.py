@@ -102,7 +102,7 @@ def assert_same(a: list[Any], b: list[Any]) -> None:
     """Same ids in the same order with the same scores; points tied on score may come in either order."""
     assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=TOL)
     for hits in (a, b):
-        assert all(x.score >= y.score for x, y in zip(hits, hits[1:]))
+        assert all(x.score >= y.score for x, y in zip(hits, hits[1:], strict=False))
     assert sorted((round(h.score, 3), h.doc_id) for h in a) == sorted((round(h.score, 3), h.doc_id) for h in b)
 
 
