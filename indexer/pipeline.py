@@ -24,8 +24,9 @@ from indexer.sources import SourceError, path_entries, read_file
 from indexer.spec import IngestSpec, PathSource, UploadSource, default_source_name
 from service.clients.embeddings import EmbeddingClient
 from service.config import Settings
-from service.documents.writer import content_hash, sparse_vectors
+from service.documents.writer import content_hash
 from service.errors import RagserveError
+from service.sparse.normalisation import SparseNormaliser
 from service.store.base import VectorStore
 from service.store.types import Chunk, CollectionInfo
 
@@ -61,6 +62,7 @@ class Pipeline:
         self.settings = settings
         self.chunker_factory = chunker_factory
         self.url_fetcher = url_fetcher
+        self.sparse = SparseNormaliser(store)
 
     async def run(self, job: Job, cancelled: asyncio.Event) -> None:
         spec = IngestSpec.model_validate(job.spec)
@@ -223,7 +225,7 @@ class Pipeline:
                           chunk_count=len(w.chunks), source=source, location=c.location)
                     for w in work for c in w.chunks
                 ]
-                sparse = await asyncio.to_thread(sparse_vectors, info, texts)
+                sparse = await self.sparse.vectors(job.collection, texts)
                 await self.store.replace_documents(job.collection, chunks, vectors, sparse)
                 return None
             except RagserveError as exc:

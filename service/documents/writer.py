@@ -17,9 +17,9 @@ from typing import Any
 from service.clients.embeddings import EmbeddingClient
 from service.config import Limits
 from service.errors import InvalidInput, PayloadTooLarge
-from service.sparse.bm25 import Bm25Encoder
+from service.sparse.normalisation import SparseNormaliser
 from service.store.base import VectorStore
-from service.store.types import Chunk, CollectionInfo, SparseVector
+from service.store.types import Chunk
 
 
 @dataclass(frozen=True)
@@ -46,19 +46,12 @@ def content_hash(text: str, metadata: dict[str, Any], *extra: object) -> str:
     return h.hexdigest()[:32]
 
 
-def sparse_vectors(info: CollectionInfo, texts: Sequence[str]) -> list[SparseVector] | None:
-    """BM25 document vectors when the collection stores them."""
-    if info.sparse is None:
-        return None
-    encoder = Bm25Encoder(info.sparse)
-    return [encoder.encode_document(t) for t in texts]
-
-
 class DocumentWriter:
     def __init__(self, store: VectorStore, embedder: EmbeddingClient, limits: Limits) -> None:
         self.store = store
         self.embedder = embedder
         self.limits = limits
+        self.sparse = SparseNormaliser(store)
 
     def validate(self, documents: Sequence[NewDocument], dimensions: int) -> None:
         limits = self.limits
@@ -123,7 +116,7 @@ class DocumentWriter:
                   for d in documents]
         t = time.perf_counter()
         # Replaces every chunk a document had before (the indexer may have split it into several).
-        sparse = sparse_vectors(info, [c.text for c in chunks])
+        sparse = await self.sparse.vectors(collection, [c.text for c in chunks])
         await self.store.replace_documents(collection, chunks, [v for v in vectors if v is not None], sparse)
         timings["upsert"] = round((time.perf_counter() - t) * 1000, 3)
         return WriteResult(upserted=len(documents), embedded=len(to_embed), timings_ms=timings)

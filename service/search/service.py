@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from service.clients.embeddings import EmbeddingClient
 from service.clients.rerank import RerankClient
 from service.errors import BadRequest, Conflict
-from service.sparse.bm25 import Bm25Encoder
+from service.sparse.normalisation import encoder
 from service.store.base import VectorStore
 from service.store.types import Filter, Fusion, Hit
 
@@ -99,7 +99,7 @@ class SearchService:
             dense = await self.embedder.embed_query(q.query, task=q.embed_instruction, dimensions=info.dimensions)
             timings["embed"] = self._stage("embed", t)
         if info.sparse is not None and mode in ("sparse", "hybrid"):
-            sparse = Bm25Encoder(info.sparse).encode_query(q.query)
+            sparse = encoder(info.sparse).encode_query(q.query)
             if not sparse.indices and mode == "sparse":
                 raise BadRequest("the query has no searchable terms (only stop-words or punctuation)",
                                  code="empty_sparse_query", param="query")

@@ -13,10 +13,11 @@ next run removes, never a document that looks complete but is not.
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
-from service.sparse.config import SparseConfig
+from service.sparse.config import SparseConfig, SparseStats
 from service.store.types import (
     Chunk,
     CollectionInfo,
@@ -36,6 +37,12 @@ class VectorStore(ABC):
     :class:`~service.store.errors.StoreTimeout` (504) or :class:`~service.store.errors.CollectionNotFound`."""
 
     backend: str
+    _settings_locks: dict[str, asyncio.Lock]
+
+    def settings_lock(self, name: str) -> asyncio.Lock:
+        """Serialises read-modify-write of a collection's settings within this process."""
+        locks = self.__dict__.setdefault("_settings_locks", {})
+        return locks.setdefault(name, asyncio.Lock())
 
     @abstractmethod
     async def aclose(self) -> None: ...
@@ -91,6 +98,18 @@ class VectorStore(ABC):
 
     @abstractmethod
     async def count(self, name: str, where: Filter | None = None) -> int: ...
+
+    @abstractmethod
+    async def set_sparse_settings(self, name: str, sparse: SparseConfig, stats: SparseStats) -> CollectionInfo:
+        """Store a collection's BM25 settings and length statistics (its other settings stay)."""
+
+    @abstractmethod
+    def scroll_texts(self, name: str, page_size: int = 512) -> AsyncIterator[list[tuple[str, str]]]:
+        """Every point's (id, text), a page at a time."""
+
+    @abstractmethod
+    async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
+        """Replace the sparse vector of existing points (their dense vector and payload stay)."""
 
     # --- built on the primitives above, the same for every backend ------------------------------------
 

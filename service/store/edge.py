@@ -31,7 +31,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 import numpy as np
 import qdrant_edge as qe
 
-from service.sparse.config import SparseConfig
+from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore, check_vectors
 from service.store.errors import (
     CollectionExists,
@@ -291,6 +291,34 @@ class EdgeStore(VectorStore):
         coll = self._get(name)
         request = qe.CountRequest(exact=True, filter=to_edge(where) if where is not None else None)
         return int(await self._run(name, lambda: coll.shard.count(request)))
+
+    async def set_sparse_settings(self, name: str, sparse: SparseConfig, stats: SparseStats) -> CollectionInfo:
+        coll = self._get(name)
+        info = replace(coll.info, sparse=sparse, sparse_stats=stats)
+        meta = {"dimensions": info.dimensions, **info.metadata()}
+        await self._run(name, lambda: _write_json(coll.folder / "collection.json", meta))
+        coll.info = info
+        return info
+
+    async def scroll_texts(self, name: str, page_size: int = 512) -> AsyncIterator[list[tuple[str, str]]]:
+        coll = self._get(name)
+        offset: Any = None
+        while True:
+            request = qe.ScrollRequest(offset=offset, limit=page_size, with_payload=["text"], with_vector=False)
+            records, offset = await self._run(name, lambda request=request: coll.shard.scroll(request))
+            yield [(str(r.id), str((r.payload or {}).get("text", ""))) for r in records]
+            if offset is None:
+                return
+
+    async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
+        coll = self._get(name)
+        async with coll.write_lock:
+            for start in range(0, len(vectors), self._write_batch):
+                op = qe.UpdateOperation.update_vectors([
+                    qe.PointVectors(pid, {SPARSE: qe.SparseVector(list(v.indices), list(v.values))})
+                    for pid, v in vectors[start:start + self._write_batch]
+                ])
+                await self._run(name, lambda op=op: coll.shard.update(op))
 
 
 # --- helpers that run in the pool (plain functions: no event-loop state) -------------------------------

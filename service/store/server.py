@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from service.sparse.config import SparseConfig
+from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore, check_vectors
 from service.store.errors import CollectionExists, CollectionNotFound, StoreError, StoreTimeout
 from service.store.types import (
@@ -221,6 +222,28 @@ class ServerStore(VectorStore):
         flt = to_qdrant(where) if where is not None else None
         result = await self._call(lambda: self.client.count(name, count_filter=flt, exact=True), name)
         return int(result.count)
+
+    async def set_sparse_settings(self, name: str, sparse: SparseConfig, stats: SparseStats) -> CollectionInfo:
+        info = replace(await self.describe(name), sparse=sparse, sparse_stats=stats)
+        await self._call(lambda: self.client.update_collection(name, metadata=info.metadata()), name)
+        self._described[name] = (time.monotonic(), info)
+        return info
+
+    async def scroll_texts(self, name: str, page_size: int = 512) -> AsyncIterator[list[tuple[str, str]]]:
+        offset: Any = None
+        while True:
+            points, offset = await self._call(
+                lambda offset=offset: self.client.scroll(name, limit=page_size, offset=offset, with_payload=["text"],
+                                                         with_vectors=False),
+                name,
+            )
+            yield [(str(p.id), str((p.payload or {}).get("text", ""))) for p in points]
+            if offset is None:
+                return
+
+    async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
+        points = [models.PointVectors(id=pid, vector={SPARSE: _sparse(v)}) for pid, v in vectors]
+        await self._call(lambda: self.client.update_vectors(name, points=points, wait=True), name)
 
 
 def _sparse(v: SparseVector) -> models.SparseVector:

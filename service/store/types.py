@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from service.sparse.config import SparseConfig
+from service.sparse.config import LEGACY_ENCODER, SparseConfig, SparseStats
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -85,20 +85,26 @@ class CollectionInfo:
     filter_fields: dict[str, str]
     sparse: SparseConfig | None = None
     """BM25 analysis settings when the collection stores sparse vectors."""
+    sparse_stats: SparseStats | None = None
+    """Length statistics of the documents written so far (service.sparse.normalisation keeps them)."""
 
     def metadata(self) -> dict[str, Any]:
         """What is stored beside the collection (the engine keeps dimensions itself)."""
         meta: dict[str, Any] = {"model": self.model, "filter_fields": dict(self.filter_fields)}
         if self.sparse is not None:
             meta["sparse"] = self.sparse.model_dump()
+            meta["sparse_stats"] = (self.sparse_stats or SparseStats()).model_dump()
         return meta
 
     @classmethod
     def from_metadata(cls, name: str, dimensions: int, points: int, meta: dict[str, Any]) -> CollectionInfo:
+        sparse = None
+        if meta.get("sparse"):  # written before the encoder was recorded: ragserve's own, fixed avg_len
+            sparse = SparseConfig(**{"encoder": LEGACY_ENCODER, "avg_len": 256.0, **meta["sparse"]})
         return cls(
             name=name, dimensions=dimensions, points=points, model=meta.get("model"),
-            filter_fields=dict(meta.get("filter_fields") or {}),
-            sparse=SparseConfig(**meta["sparse"]) if meta.get("sparse") else None,
+            filter_fields=dict(meta.get("filter_fields") or {}), sparse=sparse,
+            sparse_stats=SparseStats(**meta["sparse_stats"]) if meta.get("sparse_stats") else None,
         )
 
 
