@@ -129,12 +129,12 @@ def create_app(
         services = await build_services(settings, metrics, transports, resolver, store_client)
         worker_task = None
         stop = asyncio.Event()
-        if with_worker:
-            from indexer.worker import Worker
-
-            worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher)
-            worker_task = asyncio.create_task(worker.run_forever(stop), name="ragserve-worker")
         try:
+            if with_worker:
+                from indexer.worker import Worker
+
+                worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher)
+                worker_task = asyncio.create_task(worker.run_forever(stop), name="ragserve-worker")
             yield {"services": services}
         finally:
             stop.set()
