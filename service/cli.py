@@ -88,6 +88,8 @@ def cmd_search(args: argparse.Namespace) -> None:
     for hit in result["hits"]:
         where = hit.get("location") or {}
         extra = f" p.{where['page']}" if "page" in where else ""
+        extra += f" slide {where['slide']}" if "slide" in where else ""
+        extra += f" rows {where['rows'][0]}-{where['rows'][1]}" if where.get("rows") else ""
         extra += f" § {' > '.join(where['headings'])}" if where.get("headings") else ""
         print(f"{hit['rank']:>3}. {hit['score']:.4f}  {hit['doc_id']}#{hit['chunk_index']}{extra}")
         print(f"     {hit['text'][:160].replace(chr(10), ' ')}")
