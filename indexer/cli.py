@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,11 +32,28 @@ def _check(r: httpx.Response) -> Any:
     return r.json() if r.content else None
 
 
+def name_prefixes(paths: list[Path]) -> list[str]:
+    """Document-id prefixes for several roots indexed side by side: each root's place under the folder that
+    holds them all (``docs/``, ``deploy/``), so files of the same name in two roots stay two documents.
+    One root keeps ids relative to itself. Roots inside one another are refused."""
+    resolved = [p.resolve() for p in paths]
+    for i, a in enumerate(resolved):
+        for b in resolved[i + 1:]:
+            if a == b or a in b.parents or b in a.parents:
+                raise SystemExit(f"{a} and {b} overlap: give one or the other")
+    if len(resolved) == 1:
+        return [""]
+    base = Path(os.path.commonpath([p.parent for p in resolved]))
+    homes = [p.parent if p.is_file() else p for p in resolved]  # what the source's names are relative to
+    return ["" if h == base else h.relative_to(base).as_posix() + "/" for h in homes]
+
+
 def submit(client: httpx.Client, path: Path, collection: str, *, server_path: bool, options: dict[str, Any],
-           include: list[str], exclude: list[str]) -> dict[str, Any]:
+           include: list[str], exclude: list[str], name_prefix: str = "") -> dict[str, Any]:
     if client.get(f"/v1/collections/{collection}").status_code == 404:
         _check(client.post("/v1/collections", json={"name": collection}))
-    source = PathSource(path=str(path.resolve()), include=include or ["**/*"], exclude=exclude)
+    source = PathSource(path=str(path.resolve()), include=include or ["**/*"], exclude=exclude,
+                        name_prefix=name_prefix)
     options = {"source_name": f"path:{source.path}", **options}
     if server_path:
         job: dict[str, Any] = _check(client.post(f"/v1/collections/{collection}/ingest",

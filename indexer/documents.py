@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,14 +18,27 @@ class SourceFile:
 
 
 @dataclass(frozen=True)
+class Table:
+    """The rows of a table section (a CSV file, a sheet): chunks take whole rows, with the header above them."""
+
+    header: str
+    """The header line, repeated at the top of every chunk."""
+    rows: tuple[tuple[int, int], ...]
+    """(row number as the file or sheet numbers it, offset in the section's text where the row starts)."""
+
+
+@dataclass(frozen=True)
 class Section:
-    """A run of text under one heading path (or on one PDF page)."""
+    """A run of text under one heading path (or on one PDF page, one slide, one sheet)."""
 
     text: str
     char_start: int
     """Offset of ``text`` in the document's full text."""
     headings: tuple[str, ...] = ()
     page: int | None = None
+    location: Mapping[str, Any] = field(default_factory=dict)
+    """More of the location, copied to every chunk of the section (``slide``, ``sheet``)."""
+    table: Table | None = None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ Reading, parsing and tokenizing run in a worker thread, one file ahead of the em
 are packed into batches of about ``batch_tokens`` tokens, and up to ``inflight_batches`` batches are
 embedded and written concurrently, so the runner always has the next request queued while the previous
 result is being written. A batch that still fails after its retries marks its documents failed (recorded
-per document with the reason); it never takes the job down or leaves a document half-written.
+per document with the reason); it never takes the job down or leaves a document half-written. A job in
+which some documents failed succeeds with their errors listed; one in which every document failed (and
+none was indexed or unchanged) ends ``failed``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from indexer.chunking import Chunker, ChunkText
 from indexer.documents import FileError, ParsedDocument, SourceFile
 from indexer.parsers import ParseError, parse
-from indexer.queue import MAX_ERRORS, Job, JobCancelled, JobQueue
+from indexer.queue import MAX_ERRORS, Job, JobCancelled, JobFailed, JobQueue
 from indexer.sources import SourceError, path_entries, read_file
 from indexer.spec import IngestSpec, PathSource, UploadSource, default_source_name
 from service.clients.embeddings import EmbeddingClient
@@ -146,6 +148,10 @@ class Pipeline:
                 await self.store.delete_documents(job.collection, gone)
                 job.counts.documents_deleted = len(gone)
                 await self.queue.mark_documents(job, {d: "deleted" for d in gone})
+        c = job.counts
+        if c.documents_indexed == 0 and c.documents_unchanged == 0 and (c.documents_failed or c.files_failed):
+            raise JobFailed(f"every document failed: {c.files_failed} file(s) could not be read or parsed, "
+                            f"{c.documents_failed} document(s) could not be indexed (see errors)")
 
     def _documents(
         self, spec: IngestSpec, chunker: Chunker, version: tuple[object, ...]

@@ -60,6 +60,10 @@ class JobCancelled(Exception):
     pass
 
 
+class JobFailed(Exception):
+    """The job ran to its end but achieved nothing: every document it was given failed (its errors say why)."""
+
+
 class JobQueue(Protocol):
     async def submit(self, collection: str, spec: dict[str, Any], *, job_id: str | None = None) -> Job: ...
     async def get(self, job_id: str) -> Job | None: ...

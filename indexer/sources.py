@@ -10,6 +10,9 @@ from pathlib import Path
 from indexer.documents import FileError, SourceFile
 from indexer.spec import PathSource
 
+SKIPPED_DIRS = frozenset({"__pycache__", "node_modules"})
+"""Folders of generated files, never documents: skipped like hidden ones."""
+
 
 class SourceError(Exception):
     """The source as a whole cannot be read (the job fails; per-file problems are FileErrors instead)."""
@@ -33,7 +36,7 @@ def path_entries(source: PathSource) -> list[tuple[Path, str]]:
     """Files of a path source with their names (the path relative to the root), sorted, unread."""
     root = Path(source.path)
     if root.is_file():
-        return [(root, root.name)]
+        return [(root, source.name_prefix + root.name)]
     if not root.is_dir():
         raise SourceError(f"{source.path!r} is not a file or folder")
     walker = root.rglob("*") if source.recursive else root.glob("*")
@@ -42,10 +45,10 @@ def path_entries(source: PathSource) -> list[tuple[Path, str]]:
         if not path.is_file() or path.is_symlink():
             continue
         rel = path.relative_to(root).as_posix()
-        if any(part.startswith(".") for part in rel.split("/")):
-            continue  # hidden files and folders (.git, .DS_Store)
+        if any(part.startswith(".") or part in SKIPPED_DIRS for part in rel.split("/")):
+            continue  # hidden files and folders (.git, .DS_Store), caches (__pycache__)
         if _matches(rel, source.include) and not _matches(rel, source.exclude):
-            entries.append((path, rel))
+            entries.append((path, source.name_prefix + rel))
     return entries
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class PathSource(BaseModel):
@@ -15,6 +15,17 @@ class PathSource(BaseModel):
     include: list[str] = Field(default_factory=lambda: ["**/*"], description="Glob patterns of files to take.")
     exclude: list[str] = Field(default_factory=list, description="Glob patterns of files to skip.")
     recursive: bool = True
+    name_prefix: str = Field(
+        "", max_length=512,
+        description="Put before every file's relative path to make its document id (several roots side by side).",
+    )
+
+    @field_validator("name_prefix")
+    @classmethod
+    def _relative(cls, value: str) -> str:
+        if value.startswith("/") or ".." in value.split("/"):
+            raise ValueError("must be a relative path without '..'")
+        return value
 
 
 class UrlSource(BaseModel):

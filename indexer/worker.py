@@ -20,7 +20,7 @@ from pathlib import Path
 from indexer.chunking import Chunker
 from indexer.documents import FileError, SourceFile
 from indexer.pipeline import Pipeline, UrlFetcher
-from indexer.queue import Job, JobCancelled, JobQueue
+from indexer.queue import Job, JobCancelled, JobFailed, JobQueue
 from indexer.sources import SourceError
 from indexer.tokenizer import load_tokenizer, tokenizer_source
 from service.clients.embeddings import EmbeddingClient
@@ -85,6 +85,8 @@ class Worker:
             await self.pipeline.run(job, cancelled)
         except JobCancelled:
             await self.queue.finish(job, "cancelled", "cancelled on request")
+        except JobFailed as exc:
+            await self.queue.finish(job, "failed", str(exc))
         except (RagserveError, SourceError) as exc:
             await self.queue.finish(job, "failed", getattr(exc, "message", str(exc)))
         except asyncio.CancelledError:

@@ -52,16 +52,24 @@ def cmd_index(args: argparse.Namespace) -> None:
     options = {"prune": args.prune, "chunking": args.chunking}
     if args.chunk_tokens:
         options["chunk_tokens"] = args.chunk_tokens
+    paths = [Path(p) for p in args.paths]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise SystemExit(f"no such file or folder: {', '.join(missing)}")
+    prefixes = icli.name_prefixes(paths)
+    failed = 0
     with icli._client(url, key) as client:
-        job = icli.submit(client, Path(args.path), args.collection, server_path=args.server_path,
-                          options=options, include=args.include or [], exclude=args.exclude or [])
-        print(f"job {job['id']} submitted", file=sys.stderr)
-        if args.no_wait:
-            print(job["id"])
-            return
-        job = icli.follow(client, job["id"], quiet=args.quiet)
-    print(icli.summary(job))
-    if job["state"] != "succeeded":
+        for path, prefix in zip(paths, prefixes, strict=True):  # one job per path: each its own source
+            job = icli.submit(client, path, args.collection, server_path=args.server_path, options=options,
+                              include=args.include or [], exclude=args.exclude or [], name_prefix=prefix)
+            print(f"job {job['id']} submitted for {path}", file=sys.stderr)
+            if args.no_wait:
+                print(job["id"])
+                continue
+            job = icli.follow(client, job["id"], quiet=args.quiet)
+            print(icli.summary(job))
+            failed += job["state"] != "succeeded"
+    if failed:
         raise SystemExit(1)
 
 
@@ -80,6 +88,8 @@ def cmd_search(args: argparse.Namespace) -> None:
     for hit in result["hits"]:
         where = hit.get("location") or {}
         extra = f" p.{where['page']}" if "page" in where else ""
+        extra += f" slide {where['slide']}" if "slide" in where else ""
+        extra += f" rows {where['rows'][0]}-{where['rows'][1]}" if where.get("rows") else ""
         extra += f" § {' > '.join(where['headings'])}" if where.get("headings") else ""
         print(f"{hit['rank']:>3}. {hit['score']:.4f}  {hit['doc_id']}#{hit['chunk_index']}{extra}")
         print(f"     {hit['text'][:160].replace(chr(10), ' ')}")
@@ -177,15 +187,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--url", default="http://127.0.0.1:8000")
         p.add_argument("--api-key", default=None, help="default: the first of RAGSERVE_API_KEYS")
 
-    p = sub.add_parser("index", help="index a file or folder into a collection, with live progress")
-    p.add_argument("path")
+    p = sub.add_parser("index", help="index files or folders into a collection, with live progress")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="a file or folder; several are several sources (one job each, --prune per source)")
     p.add_argument("--collection", required=True)
     api(p)
     p.add_argument("--server-path", action="store_true",
                    help="let the server read PATH itself (it must be under an allowed root); default: upload")
     p.add_argument("--include", action="append", help="glob of files to take (repeatable)")
     p.add_argument("--exclude", action="append", help="glob of files to skip (repeatable)")
-    p.add_argument("--prune", action="store_true", help="delete documents no longer in the folder")
+    p.add_argument("--prune", action="store_true",
+                   help="delete documents of each PATH that are no longer in it")
     p.add_argument("--chunking", choices=["auto", "tokens", "none"], default="auto")
     p.add_argument("--chunk-tokens", type=int, default=None)
     p.add_argument("--no-wait", action="store_true", help="print the job id and exit")

@@ -1,7 +1,8 @@
 """The sources a grounded answer was given, numbered as the prompt numbers them, and which it cited.
 
 Offsets come from the chunk's ``location`` as the indexer stores it (``char_start``/``char_end``,
-``byte_start``/``byte_end``, ``page``, ``headings``); documents upserted with their own offsets in
+``byte_start``/``byte_end``, ``page``, ``headings``, and ``slide``, ``sheet``, ``rows`` for Office
+files and tables); documents upserted with their own offsets in
 metadata (at its top level or under ``location``) keep those.
 """
 
@@ -16,6 +17,7 @@ from service.generation.prompts import ContextPassage
 from service.search.service import RankedHit
 
 OFFSET_KEYS = ("char_start", "char_end", "byte_start", "byte_end")
+PLACE_KEYS = ("slide", "sheet", "rows")
 _MARKER = re.compile(r"\[(\d{1,3})\]")
 
 
@@ -35,6 +37,7 @@ class Citation:
     headings: list[str] | None = None
     rerank_score: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    """More of the location, as stored: ``slide``, ``sheet``, ``rows``."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -48,6 +51,7 @@ class Citation:
             out["page"] = self.page
         if self.headings:
             out["headings"] = self.headings
+        out.update(self.extra)
         return out
 
 
@@ -76,6 +80,7 @@ def build_citations(
             number=number, collection=collection, doc_id=hit.doc_id, chunk_index=hit.chunk_index, id=hit.id,
             score=ranked_hit.score, rerank_score=ranked_hit.rerank_score, text=text, offsets=offsets or None,
             page=page, headings=source.get("headings") if isinstance(source.get("headings"), list) else None,
+            extra={k: source[k] for k in PLACE_KEYS if source.get(k) is not None},
         ))
         passages.append(ContextPassage(number, text))
     return citations, passages

@@ -65,3 +65,48 @@ def test_unsplit_records_are_one_chunk(tokenizer) -> None:  # type: ignore[no-un
     text = "word " * 1000
     (c,) = Chunker(tokenizer, window=256).chunk(_doc(text), split=False)
     assert c.text == text.strip()
+
+
+def _table(header: str, rows: list[str], first_row: int = 2) -> ParsedDocument:
+    from indexer.documents import Table
+
+    body = "".join(r + "\n" for r in rows)
+    starts, at = [], 0
+    for number, row in enumerate(rows, start=first_row):
+        starts.append((number, at))
+        at += len(row) + 1
+    full = f"{header}\n{body}"
+    return ParsedDocument("t", [Section(body, len(header) + 1, ("Sheet",), location={"sheet": "Sheet"},
+                                        table=Table(header, tuple(starts)))], full_text=full)
+
+
+def test_table_chunks_are_whole_rows_under_the_header(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    rows = [f"item{i} | {i * 10} | warehouse {i % 3}" for i in range(40)]
+    doc = _table("name | count | place", rows)
+    chunks = Chunker(tokenizer, window=256, size=60).chunk(doc)
+    assert len(chunks) > 3
+    covered = []
+    for c in chunks:
+        header, *lines = c.text.split("\n")
+        assert header == "name | count | place" and c.tokens <= 60
+        assert c.tokens == len(tokenizer.encode(c.text, add_special_tokens=False).ids)
+        first, last = c.location["rows"]
+        assert lines == rows[first - 2:last - 1]  # whole rows, numbered as the sheet numbers them
+        assert doc.full_text[c.location["char_start"]:c.location["char_end"]] == "\n".join(lines)
+        assert c.location["sheet"] == "Sheet" and c.location["headings"] == ["Sheet"]
+        covered.extend(range(first, last + 1))
+    assert covered == list(range(2, 42))  # every row once, no overlap
+
+
+def test_a_row_longer_than_a_chunk_is_cut_into_windows_of_its_own(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    long_row = " ".join(f"w{i}" for i in range(200))
+    chunks = Chunker(tokenizer, window=256, size=50, overlap=5).chunk(_table("h", ["short", long_row, "tail"]))
+    assert chunks[0].text == "h\nshort" and chunks[0].location["rows"] == [2, 2]
+    middle = [c for c in chunks if c.location["rows"] == [3, 3]]
+    assert len(middle) > 2 and all(c.tokens <= 50 and not c.text.startswith("h\n") for c in middle)
+    assert chunks[-1].text == "h\ntail" and chunks[-1].location["rows"] == [4, 4]
+
+
+def test_unsplit_table_is_one_chunk_under_the_header(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    (c,) = Chunker(tokenizer, window=256, size=20).chunk(_table("a | b", ["1 | 2", "3 | 4"]), split=False)
+    assert c.text == "a | b\n1 | 2\n3 | 4" and c.location["rows"] == [2, 3]

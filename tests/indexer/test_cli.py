@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -36,3 +37,31 @@ def test_index_shows_progress_and_summary_then_search(minilm_settings: Settings,
     assert found.returncode == 0, found.stderr
     top = found.stdout.splitlines()[0]
     assert "espresso.md#0" in top and "Coffee > Espresso" in top
+
+
+def test_several_paths_are_several_sources_and_prune_per_source(minilm_settings: Settings, tmp_path: Path) -> None:
+    docs, deploy = tmp_path / "docs", tmp_path / "deploy"
+    docs.mkdir()
+    deploy.mkdir()
+    (docs / "README.md").write_text("# Docs\nHow to write the user guide.\n")
+    (docs / "old.md").write_text("# Old\nA page about the retired fax gateway.\n")
+    (deploy / "README.md").write_text("# Deploy\nHow to run the service on Kubernetes.\n")
+    minilm_settings.indexer.poll_s = 0.05
+    with live_server(minilm_settings, with_worker=True) as url:
+        first = _ragserve("index", str(docs), str(deploy), "--collection", "kb", "--quiet", url=url)
+        (docs / "old.md").unlink()
+        pruned = _ragserve("index", str(docs), str(deploy), "--collection", "kb", "--prune", "--quiet", url=url)
+        found = _ragserve("search", "how to", "--collection", "kb", "--json", "--top-k", "10", url=url)
+        nested = _ragserve("index", str(tmp_path), str(docs), "--collection", "kb", url=url)
+        missing = _ragserve("index", str(docs), str(tmp_path / "nope"), "--collection", "kb", url=url)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.count(": succeeded") == 2 and "2 seen, 2 indexed" in first.stdout
+    assert "1 seen, 1 indexed" in first.stdout
+    assert pruned.returncode == 0, pruned.stderr
+    summaries = pruned.stdout.split("job ")[1:]
+    assert "1 unchanged, 0 failed, 1 deleted" in summaries[0]  # docs/ lost old.md
+    assert "1 unchanged, 0 failed, 0 deleted" in summaries[1]  # deploy/ is its own source: nothing pruned
+    hits = {h["doc_id"] for h in json.loads(found.stdout)["hits"]}
+    assert hits == {"docs/README.md", "deploy/README.md"}  # same file name in two roots: two documents
+    assert nested.returncode != 0 and "overlap" in nested.stderr
+    assert missing.returncode != 0 and "no such file or folder" in missing.stderr

@@ -91,3 +91,39 @@ def test_format_detection(name: str, data: bytes, fmt: str) -> None:
 def test_unknown_format_is_refused() -> None:
     with pytest.raises(ParseError, match="unsupported"):
         parse(SourceFile("image.png", b"\x89PNG...."))
+
+
+@pytest.mark.parametrize("name", [
+    "app/main.py", "web/index.js", "web/app.ts", "cmd/main.go", "src/lib.rs", "Main.java", "a.c", "a.h", "a.cpp",
+    "run.sh", "data.json", "compose.yaml", "k8s.yml", "pyproject.toml", "setup.cfg", "tox.ini", "server.log",
+    "templates/page.jinja", "Dockerfile", "Makefile", "LICENSE", "Dockerfile.gpu",
+])
+def test_code_config_and_logs_are_plain_text(name: str) -> None:
+    data = b"key = 1\n# a comment, not a heading\n"
+    assert detect_format(SourceFile(name, data)) == "text"
+    (doc,) = parse(SourceFile(name, data))
+    assert doc.full_text == data.decode() and [s.text for s in doc.sections] == [data.decode()]
+
+
+@pytest.mark.parametrize(("name", "fmt"), [
+    ("a.rst", "rst"), ("a.docx", "docx"), ("a.pptx", "pptx"), ("a.xlsx", "xlsx"), ("a.csv", "csv"), ("a.tsv", "tsv"),
+])
+def test_office_and_table_formats_by_extension(name: str, fmt: str) -> None:
+    assert detect_format(SourceFile(name, b"")) == fmt
+
+
+def test_this_repository_has_no_unsupported_files() -> None:
+    """``ragserve index`` over this source tree: every .py/.jinja/.md/.toml/.yaml/... file has a parser."""
+    from pathlib import Path
+
+    from indexer.sources import path_entries
+    from indexer.spec import PathSource
+
+    root = Path(__file__).resolve().parents[3]
+    unsupported = []
+    for path, name in path_entries(PathSource(path=str(root), exclude=["*.egg-info/*"])):
+        try:
+            detect_format(SourceFile(name, path.read_bytes()[:2048]))
+        except ParseError:
+            unsupported.append(name)
+    assert unsupported == []

@@ -29,3 +29,12 @@ def test_cited_marks_follow_the_answer() -> None:
     citations, _ = build_citations([("a", _hit(f"d{i}", "t", {}, 1.0)) for i in range(3)], max_chars=100)
     mark_cited(citations, "Reset it [1][3]. See also [12].")
     assert [c.cited for c in citations] == [True, False, True]
+
+
+def test_slides_sheets_and_rows_travel_with_the_citation() -> None:
+    ranked = [("a", _hit("deck.pptx", "t", {}, 1.0, location={"char_start": 0, "char_end": 1, "slide": 3})),
+              ("a", _hit("q.xlsx", "t", {}, 0.9, location={"headings": ["Q1"], "sheet": "Q1", "rows": [2, 9]}))]
+    citations, _ = build_citations(ranked, max_chars=100)
+    assert citations[0].to_dict()["slide"] == 3 and "sheet" not in citations[0].to_dict()
+    assert {k: citations[1].to_dict()[k] for k in ("headings", "sheet", "rows")} == {
+        "headings": ["Q1"], "sheet": "Q1", "rows": [2, 9]}
