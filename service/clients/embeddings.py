@@ -3,13 +3,21 @@
 Queries are formatted with the profile's instruction template (Qwen3: ``Instruct: {task}\\nQuery:{query}``);
 documents are sent as they are. Inputs longer than the model's window are truncated by the runner
 (``truncate_prompt_tokens``) so a long chunk never fails a whole batch.
+
+Vectors travel as base64 float32 (``encoding_format: base64``): the same bytes the runner computed, a
+quarter of the JSON text, and decoded by numpy instead of parsed number by number on the event loop (a
+batch of 600 vectors of 1024 dims is 600k floats).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from service.clients.errors import UpstreamError
 from service.clients.runner import RunnerClient
@@ -70,7 +78,7 @@ class EmbeddingClient:
         body: dict[str, Any] = {
             "model": self.model.name,
             "input": texts,
-            "encoding_format": "float",
+            "encoding_format": "base64",
             "truncate_prompt_tokens": self.truncate_tokens,
         }
         if dims != self.model.dimensions:
@@ -78,8 +86,8 @@ class EmbeddingClient:
         payload = await self.runner.post_json("/v1/embeddings", body, timeout_s=timeout_s)
         try:
             data = sorted(payload["data"], key=lambda item: item["index"])
-            vectors = [list(map(float, item["embedding"])) for item in data]
-        except (KeyError, TypeError, ValueError) as exc:
+            vectors = [np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4").tolist() for item in data]
+        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
             raise UpstreamError(self.runner.name, "embedding response has an unexpected shape") from exc
         if len(vectors) != len(texts) or any(len(v) != dims for v in vectors):
             raise UpstreamError(
