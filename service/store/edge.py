@@ -328,17 +328,21 @@ def _create_shard(folder: Path, info: CollectionInfo) -> qe.EdgeShard:
     if folder.exists():  # an earlier create that never wrote collection.json: ours, and empty of meaning
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    config = qe.EdgeConfig(
-        vectors={DENSE: qe.EdgeVectorParams(size=info.dimensions, distance=qe.Distance.Cosine)},
-        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)} if info.sparse else None,
-    )
-    shard = qe.EdgeShard.create(str(folder / "shard"), config)
+    shard = qe.EdgeShard.create(str(folder / "shard"), _config(info.dimensions, info.sparse is not None))
     indexes = {**INTERNAL_INDEXES, **{f"metadata.{k}": v for k, v in info.filter_fields.items()}}
     for key, kind in indexes.items():
         shard.update(qe.UpdateOperation.create_field_index(key, FIELD_TYPES[kind]))
     shard.flush()
     _write_json(folder / "collection.json", {"dimensions": info.dimensions, **info.metadata()})
     return shard
+
+
+def _config(dimensions: int, sparse: bool, optimizers: qe.EdgeOptimizersConfig | None = None) -> qe.EdgeConfig:
+    return qe.EdgeConfig(
+        vectors={DENSE: qe.EdgeVectorParams(size=dimensions, distance=qe.Distance.Cosine)},
+        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)} if sparse else None,
+        optimizers=optimizers,
+    )
 
 
 def _upsert(shard: qe.EdgeShard, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
@@ -463,9 +467,12 @@ def optimize_collection(root: Path, name: str, *, progress: Callable[[str], None
         folder = root / "collections" / name
         if not (folder / "collection.json").is_file():
             raise CollectionNotFound(name)
-        shard = qe.EdgeShard.load(str(folder / "shard"))
-        points = shard.info().points_count
         meta = json.loads((folder / "collection.json").read_text())
+        # indexing_threshold 1 KB: index every segment now, whatever its size (there is no background
+        # optimizer to act on the stored setting later)
+        config = _config(int(meta["dimensions"]), bool(meta.get("sparse")), qe.EdgeOptimizersConfig(indexing_threshold=1))
+        shard = qe.EdgeShard.load(str(folder / "shard"), config)
+        points = shard.info().points_count
         # Measured on 2 cores: about 2,400 points/s at 384 dims (40k in 16.5 s), slower in proportion to size.
         estimate = points / (2400 * 384 / max(int(meta["dimensions"]), 1))
         progress(f"optimizing {name!r}: {points} points, {meta['dimensions']} dims; about {estimate:.0f}s "
