@@ -103,11 +103,17 @@ def cmd_optimize(args: argparse.Namespace) -> None:
 
 
 def cmd_runners_up(args: argparse.Namespace) -> None:
-    from service.runners.launcher import runner_specs, running
+    from service.runners.launcher import RunnerConfigError, check_command_lines, runner_specs, running
 
     settings = _settings(args)
     specs = runner_specs(settings)
     if args.print_only:
+        try:
+            check_command_lines(specs)
+        except RunnerConfigError as exc:
+            if "could not check" not in str(exc):
+                raise
+            print(f"ragserve: not checked against vLLM's parser: {exc}", file=sys.stderr)
         for s in specs:  # copy-pasteable: quoted, with the environment each runner needs
             env = [f"{k}={v}" for k, v in s.env.items()]
             print(shlex.join(["env", *env, *s.command()] if env else s.command()))
@@ -161,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--profile", choices=["qwen3", "minilm"], default=None)
+        p.add_argument("--profile", choices=["qwen3", "qwen3-large", "minilm"], default=None)
         p.add_argument("--data-dir", type=Path, default=None)
         p.add_argument("--host", default=None)
         p.add_argument("--port", type=int, default=None)

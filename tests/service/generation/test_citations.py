@@ -1,9 +1,8 @@
 from __future__ import annotations
 
-from service.store.types import Hit
-
 from service.generation.citations import build_citations, mark_cited
 from service.search.service import RankedHit
+from service.store.types import Hit
 
 
 def _hit(doc: str, text: str, metadata: dict, score: float, location: dict | None = None) -> RankedHit:
