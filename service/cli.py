@@ -8,6 +8,7 @@ import json
 import shlex
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from service.config import Settings
@@ -126,6 +127,30 @@ def cmd_runners_up(args: argparse.Namespace) -> None:
         signal.pause()
 
 
+def cmd_runners_plan(args: argparse.Namespace) -> None:
+    from service.runners.plan_report import model_runner, profile_runners, render
+    from service.runners.planner import Gpus
+
+    try:
+        gpus = Gpus(args.gpus, args.gpu_memory, nodes=args.nodes, nvlink=args.nvlink)
+        if args.model:
+            runners = [model_runner(m, max_model_len=args.max_model_len, kv_cache_dtype=args.kv_cache_dtype or "auto")
+                       for m in args.model]
+            title = ""
+        else:
+            settings = _settings(args)
+            runners = profile_runners(settings)
+            if args.kv_cache_dtype:
+                runners = [replace(r, engine=r.engine.model_copy(update={"kv_cache_dtype": args.kv_cache_dtype}))
+                           for r in runners]
+            title = f"profile {settings.profile}: "
+    except (KeyError, ValueError) as exc:
+        raise SystemExit(f"ragserve: {exc.args[0] if exc.args else exc}") from None
+    print(render(runners, gpus, overhead_gib=args.overhead_gib, title=title,
+                 utilization=args.gpu_memory_utilization if args.model is None else
+                 (args.gpu_memory_utilization or 0.90)))
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from service.demo.run import run_demo
 
@@ -221,6 +246,22 @@ def build_parser() -> argparse.ArgumentParser:
     common(up)
     up.add_argument("--print-only", action="store_true", help="print the commands, start nothing")
     up.set_defaults(func=cmd_runners_up)
+
+    plan = rsub.add_parser("plan", help="tensor / pipeline / data / expert parallel choices and their memory")
+    common(plan)
+    plan.add_argument("--gpus", type=int, required=True, help="GPUs each runner is spread over")
+    plan.add_argument("--gpu-memory", type=float, required=True, help="memory of one GPU, GiB")
+    plan.add_argument("--nodes", type=int, default=1, help="nodes the GPUs are on (evenly)")
+    plan.add_argument("--nvlink", action=argparse.BooleanOptionalAction, default=True,
+                      help="GPUs of a node linked by NVLink (default) or only PCIe")
+    plan.add_argument("--gpu-memory-utilization", type=float, default=None,
+                      help="share of each GPU a runner takes (default: its setting; 0.9 with --model)")
+    plan.add_argument("--model", action="append", help="plan this model instead of the profile's (repeatable)")
+    plan.add_argument("--max-model-len", type=int, default=None, help="with --model (default: its window)")
+    plan.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e5m2", "fp8_e4m3"], default=None)
+    plan.add_argument("--overhead-gib", type=float, default=1.5,
+                      help="per-GPU margin for activations, CUDA graphs, non-torch memory (vLLM measures it)")
+    plan.set_defaults(func=cmd_runners_plan)
 
     p = sub.add_parser("demo", help="runners + API + a sample collection, then keep serving")
     common(p)
