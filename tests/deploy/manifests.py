@@ -27,21 +27,23 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 GPU_HOST = DEPLOY / "gpu-host"
 COMPOSE_FILE = GPU_HOST / "compose.yaml"
-KUBERNETES = DEPLOY / "kubernetes"
+KUBERNETES = DEPLOY / "kubernetes" / "base"
+OVERLAYS = DEPLOY / "kubernetes" / "overlays"
 TEMPLATE = ROOT / "service" / "runners" / "templates" / "qwen3_reranker.jinja"
 
-# Flags whose values belong to the placement, not to the model: where the runner listens and how much of
-# which GPUs it takes. Everything else must equal what the launcher builds.
-PLACEMENT_FLAGS = frozenset({
-    "--host", "--port", "--gpu-memory-utilization", "--tensor-parallel-size", "--data-parallel-size",
-})
+# Flags whose values belong to the placement, not to the model: where the runner listens, how much of each
+# GPU it takes, and how many copies run (data parallel is `--data-parallel-size` or replicas, as the
+# deployment prefers). Everything else, the tensor and pipeline parallel sizes included (a model that does
+# not fit one GPU needs them), must equal what the launcher builds from the deployment's settings.
+PLACEMENT_FLAGS = frozenset({"--host", "--port", "--gpu-memory-utilization", "--data-parallel-size"})
 
 # Flags whose value is JSON: compared parsed, so that spacing or key order in a manifest does not matter.
 JSON_FLAGS = frozenset({"--hf-overrides", "--limit-mm-per-prompt", "--speculative-config"})
 
 # Runner environment that belongs to the deployment, not to the launcher: where the weights are cached,
 # offline mode, telemetry off. Every other variable a runner gets must be exactly the launcher's.
-DEPLOYMENT_ENV = frozenset({"HF_HOME", "HF_HUB_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK"})
+DEPLOYMENT_ENV = frozenset({"HF_HOME", "HF_HUB_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK",
+                            "CUDA_VISIBLE_DEVICES"})  # the orchestrator assigns devices
 
 # ragserve's URL setting for each runner, and the model the runner behind it must serve (qwen3 profile).
 assert QWEN3.reranker is not None and QWEN3.generator is not None
