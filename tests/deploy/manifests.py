@@ -8,7 +8,11 @@ way Compose does) and Compose's ``${VAR:-default}`` interpolation is applied wit
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -254,3 +258,37 @@ def service_link_vars(service_name: str, ports: list[dict[str, Any]]) -> Iterato
         yield from (base, f"{base}_PROTO", f"{base}_PORT", f"{base}_ADDR")
         if port.get("name"):
             yield f"{prefix}_SERVICE_PORT_{str(port['name']).upper().replace('-', '_')}"
+
+
+# --------------------------------------------------------------------------------------------- overlays
+
+
+def kustomize_command() -> list[str] | None:
+    """The kustomize that renders overlays: $RAGSERVE_KUSTOMIZE (a command line, e.g. "kustomize build"),
+    else a `kustomize` binary, else `kubectl kustomize` (kustomize v5 is built into kubectl 1.27+)."""
+    if os.environ.get("RAGSERVE_KUSTOMIZE"):
+        return shlex.split(os.environ["RAGSERVE_KUSTOMIZE"])
+    if shutil.which("kustomize"):
+        return ["kustomize", "build"]
+    if shutil.which("kubectl"):
+        return ["kubectl", "kustomize"]
+    return None
+
+
+@cache
+def render(folder: Path) -> tuple[K8sObject, ...]:
+    """``kubectl kustomize FOLDER``, parsed: the objects exactly as `kubectl apply -k` would send them."""
+    command = kustomize_command()
+    assert command is not None, "no kustomize: install kubectl (1.27+) or kustomize, or set RAGSERVE_KUSTOMIZE"
+    done = subprocess.run([*command, str(folder)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"{' '.join(command)} {folder}: {done.stderr}"
+    return tuple(K8sObject(str(folder.relative_to(DEPLOY)), body)
+                 for body in yaml.safe_load_all(done.stdout) if body is not None)
+
+
+def pod_containers(workload: dict[str, Any]) -> list[dict[str, Any]]:
+    """A pod's long-running containers: its containers and its native sidecars (init containers with
+    restartPolicy Always), in start order."""
+    spec = pod_spec(workload)
+    sidecars = [c for c in spec.get("initContainers", []) if c.get("restartPolicy") == "Always"]
+    return [*sidecars, *spec["containers"]]
