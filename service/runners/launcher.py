@@ -230,7 +230,8 @@ def check_command_lines(specs: Sequence[RunnerSpec], *, timeout_s: float = 300.0
     python = specs[0].command()[0]
     root = str(Path(__file__).resolve().parents[2])  # the folder holding the `service` package
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
-    argvs = {s.name: s.command()[3:] for s in specs}  # after `python -m vllm.entrypoints.openai.api_server`
+    # Keyed by position: two profiles' runners may share a name. After `python -m <module>`.
+    argvs = {str(i): s.command()[3:] for i, s in enumerate(specs)}
     try:
         done = subprocess.run([python, "-m", "service.runners.vllm_args"], input=json.dumps(argvs), env=env,
                               capture_output=True, text=True, timeout=timeout_s, check=False)
@@ -240,8 +241,8 @@ def check_command_lines(specs: Sequence[RunnerSpec], *, timeout_s: float = 300.0
     if "error" in answer:
         raise RunnerConfigError(f"could not check the runner command lines: {answer['error']}")
     problems = []
-    for spec in specs:
-        reason = answer["refused"].get(spec.name)
+    for i, spec in enumerate(specs):
+        reason = answer["refused"].get(str(i))
         if reason is None:
             continue
         culprit = next((a for a in spec.extra_args if a.split("=", 1)[0] in reason), None)
