@@ -8,6 +8,7 @@ import json
 import shlex
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from service.config import Settings
@@ -113,11 +114,17 @@ def cmd_optimize(args: argparse.Namespace) -> None:
 
 
 def cmd_runners_up(args: argparse.Namespace) -> None:
-    from service.runners.launcher import runner_specs, running
+    from service.runners.launcher import RunnerConfigError, check_command_lines, runner_specs, running
 
     settings = _settings(args)
     specs = runner_specs(settings)
     if args.print_only:
+        try:
+            check_command_lines(specs)
+        except RunnerConfigError as exc:
+            if "could not check" not in str(exc):
+                raise
+            print(f"ragserve: not checked against vLLM's parser: {exc}", file=sys.stderr)
         for s in specs:  # copy-pasteable: quoted, with the environment each runner needs
             env = [f"{k}={v}" for k, v in s.env.items()]
             print(shlex.join(["env", *env, *s.command()] if env else s.command()))
@@ -128,6 +135,30 @@ def cmd_runners_up(args: argparse.Namespace) -> None:
             print(f"  {p.spec.name}: {p.spec.url}  model={p.spec.served_name}  log={p.log_path}", flush=True)
         print("runners healthy; Ctrl-C stops them.", flush=True)
         signal.pause()
+
+
+def cmd_runners_plan(args: argparse.Namespace) -> None:
+    from service.runners.plan_report import model_runner, profile_runners, render
+    from service.runners.planner import Gpus
+
+    try:
+        gpus = Gpus(args.gpus, args.gpu_memory, nodes=args.nodes, nvlink=args.nvlink)
+        if args.model:
+            runners = [model_runner(m, max_model_len=args.max_model_len, kv_cache_dtype=args.kv_cache_dtype or "auto")
+                       for m in args.model]
+            title = ""
+        else:
+            settings = _settings(args)
+            runners = profile_runners(settings)
+            if args.kv_cache_dtype:
+                runners = [replace(r, engine=r.engine.model_copy(update={"kv_cache_dtype": args.kv_cache_dtype}))
+                           for r in runners]
+            title = f"profile {settings.profile}: "
+    except (KeyError, ValueError) as exc:
+        raise SystemExit(f"ragserve: {exc.args[0] if exc.args else exc}") from None
+    print(render(runners, gpus, overhead_gib=args.overhead_gib, title=title,
+                 utilization=args.gpu_memory_utilization if args.model is None else
+                 (args.gpu_memory_utilization or 0.90)))
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -171,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--profile", choices=["qwen3", "minilm"], default=None)
+        p.add_argument("--profile", choices=["qwen3", "qwen3-large", "minilm"], default=None)
         p.add_argument("--data-dir", type=Path, default=None)
         p.add_argument("--host", default=None)
         p.add_argument("--port", type=int, default=None)
@@ -227,6 +258,22 @@ def build_parser() -> argparse.ArgumentParser:
     common(up)
     up.add_argument("--print-only", action="store_true", help="print the commands, start nothing")
     up.set_defaults(func=cmd_runners_up)
+
+    plan = rsub.add_parser("plan", help="tensor / pipeline / data / expert parallel choices and their memory")
+    common(plan)
+    plan.add_argument("--gpus", type=int, required=True, help="GPUs each runner is spread over")
+    plan.add_argument("--gpu-memory", type=float, required=True, help="memory of one GPU, GiB")
+    plan.add_argument("--nodes", type=int, default=1, help="nodes the GPUs are on (evenly)")
+    plan.add_argument("--nvlink", action=argparse.BooleanOptionalAction, default=True,
+                      help="GPUs of a node linked by NVLink (default) or only PCIe")
+    plan.add_argument("--gpu-memory-utilization", type=float, default=None,
+                      help="share of each GPU a runner takes (default: its setting; 0.9 with --model)")
+    plan.add_argument("--model", action="append", help="plan this model instead of the profile's (repeatable)")
+    plan.add_argument("--max-model-len", type=int, default=None, help="with --model (default: its window)")
+    plan.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e5m2", "fp8_e4m3"], default=None)
+    plan.add_argument("--overhead-gib", type=float, default=1.5,
+                      help="per-GPU margin for activations, CUDA graphs, non-torch memory (vLLM measures it)")
+    plan.set_defaults(func=cmd_runners_plan)
 
     p = sub.add_parser("demo", help="runners + API + a sample collection, then keep serving")
     common(p)

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.runners.engine_args import EngineSettings
+
 PLACEHOLDER_KEYS = {"changeme", "change-me", "secret", "test", "password", ""}
 
 
@@ -252,7 +254,7 @@ class Settings(BaseSettings):
     )
 
     environment: Literal["development", "production"] = "development"
-    profile: Literal["qwen3", "minilm"] = Field("qwen3", description="Model profile (models + formats).")
+    profile: Literal["qwen3", "qwen3-large", "minilm"] = Field("qwen3", description="Model profile (models + formats).")
     data_dir: Path = Field(Path(".ragserve"), description="Where the embedded store and job DB live.")
     host: str = "127.0.0.1"
     port: int = 8000
@@ -273,6 +275,7 @@ class Settings(BaseSettings):
     generation: GenerationSettings = Field(default_factory=GenerationSettings)
     media: MediaSettings = Field(default_factory=MediaSettings)
     fetch: FetchSettings = Field(default_factory=FetchSettings)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
 
     @field_validator("api_keys", mode="before")
     @classmethod

@@ -7,7 +7,7 @@ maximum input length, and the query/document formatting each model was trained w
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -112,13 +112,24 @@ QWEN3 = Profile(
     generator=GeneratorModel(name="Qwen/Qwen3-VL-2B-Instruct", max_tokens=262_144),
 )
 
+QWEN3_LARGE = Profile(
+    # The same families eight to sixteen times larger, for hosts where tensor parallelism is the real answer:
+    # Qwen3-VL-32B's 62 GiB of bf16 weights fit no 24 or 48 GB GPU (`ragserve runners plan` shows the
+    # arithmetic). Same input formats, reranker template and Matryoshka range as qwen3; 4096-dim vectors, so
+    # collections made with qwen3 (1024 dims) need re-indexing.
+    name="qwen3-large",
+    embedding=replace(QWEN3.embedding, name="Qwen/Qwen3-Embedding-8B", dimensions=4096),
+    reranker=replace(QWEN3.reranker, name="Qwen/Qwen3-Reranker-8B"),  # type: ignore[type-var]
+    generator=GeneratorModel(name="Qwen/Qwen3-VL-32B-Instruct", max_tokens=262_144),
+)
+
 MINILM = Profile(
     name="minilm",
     embedding=EmbeddingModel(name="sentence-transformers/all-MiniLM-L6-v2", dimensions=384, max_tokens=256),
     reranker=None,
 )
 
-PROFILES = {p.name: p for p in (QWEN3, MINILM)}
+PROFILES = {p.name: p for p in (QWEN3, QWEN3_LARGE, MINILM)}
 
 
 def get_profile(name: str) -> Profile:

@@ -25,6 +25,7 @@ import httpx
 
 from service.config import Settings
 from service.profiles import Profile, default_checkpoint, get_profile, resolve_generator
+from service.runners.engine_args import EngineArgs, option_name
 from service.runners.vl_site import default_site_dir
 
 
@@ -61,6 +62,10 @@ class RunnerSpec:
     env: dict[str, str] = field(default_factory=dict)
     requires: list[Path] = field(default_factory=list)
     """Paths that must exist before the runner can start (checked by :class:`RunnerProcess`)."""
+    engine_key: str = ""
+    """Its section of ``RAGSERVE_ENGINE__*`` (embed, rerank, generate), named in refusals."""
+    extra_args: list[str] = field(default_factory=list)
+    """The ``extra_args`` passthrough, already at the end of :attr:`args`."""
 
     @property
     def url(self) -> str:
@@ -97,7 +102,7 @@ def runner_specs(settings: Settings, profile: Profile | None = None, *, cpu: boo
         emb_args += ["--hf-overrides", json.dumps(emb.hf_overrides)]
     specs = [
         RunnerSpec("embedding", rs.embed_model_path or default_checkpoint(emb), emb.name, rs.host,
-                   _port(rs.embed_url), emb_args, env),
+                   _port(rs.embed_url), emb_args, dict(env)),
     ]
     rr = profile.reranker
     if rr is not None:
@@ -107,30 +112,69 @@ def runner_specs(settings: Settings, profile: Profile | None = None, *, cpu: boo
         if template is not None:
             rr_args += ["--chat-template", str(template)]
         specs.append(RunnerSpec("rerank", rs.rerank_model_path or default_checkpoint(rr), rr.name, rs.host,
-                                _port(rs.rerank_url), rr_args, env))
+                                _port(rs.rerank_url), rr_args, dict(env)))
     generator = generator_spec(settings, profile, cpu=cpu)
     if generator is not None:
         specs.append(generator)
+    for spec in specs:
+        _add_engine_args(spec, settings, gpu=not cpu)
     if not cpu:
-        _check_gpu_share(settings, pooling=len(specs) - (generator is not None), generator=generator is not None)
+        _check_gpu_share(settings, specs)
     return specs
+
+
+ENGINE_KEYS = {"embedding": "embed", "rerank": "rerank", "generate": "generate"}
+
+REFUSED_EXTRA_ARGS = {
+    "--config": "it reads more arguments from a file, past every check",
+    "--allowed-local-media-path": "it lets vLLM read local files named in requests",
+    "--help": "it prints help and exits",
+}
+
+
+def _add_engine_args(spec: RunnerSpec, settings: Settings, *, gpu: bool) -> None:
+    """Append the runner's ``RAGSERVE_ENGINE__*`` flags. ``extra_args`` may neither repeat a flag the launcher
+    sets (a later copy would silently win, e.g. over the generator's media lock) nor name a refused one."""
+    key = ENGINE_KEYS[spec.name]
+    engine: EngineArgs = getattr(settings.engine, key)
+    ours = {option_name(a) for a in spec.command()} - {None}
+    for arg in engine.extra_args:
+        name = option_name(arg)
+        if name in ours or name in REFUSED_EXTRA_ARGS or arg == "-h":
+            why = REFUSED_EXTRA_ARGS.get(name or "--help", "ragserve sets it itself, from its own settings")
+            raise RunnerConfigError(
+                f"{spec.name} runner: RAGSERVE_ENGINE__{key.upper()}__EXTRA_ARGS may not contain {arg.split('=')[0]}"
+                f": {why}"
+            )
+    spec.args += engine.flags(gpu=gpu)
+    spec.engine_key, spec.extra_args = key, list(engine.extra_args)
+    if gpu and engine.gpus is not None:
+        spec.env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in engine.gpus)
 
 
 MAX_GPU_SHARE = 0.95
 
 
-def _check_gpu_share(settings: Settings, *, pooling: int, generator: bool) -> None:
-    """Every runner claims its fraction of the same GPU at start-up; together they must fit."""
-    share = pooling * settings.runners.gpu_memory_utilization
-    share += settings.generation.gpu_memory_utilization if generator else 0.0
-    if share > MAX_GPU_SHARE:
-        raise RunnerConfigError(
-            f"the runners would claim {share:.2f} of the GPU's memory ({pooling} × "
-            f"RAGSERVE_RUNNERS__GPU_MEMORY_UTILIZATION={settings.runners.gpu_memory_utilization:g}"
-            + (f" + RAGSERVE_GENERATION__GPU_MEMORY_UTILIZATION={settings.generation.gpu_memory_utilization:g}"
-               if generator else "")
-            + f"); keep the sum at or below {MAX_GPU_SHARE}"
-        )
+def _check_gpu_share(settings: Settings, specs: Sequence[RunnerSpec]) -> None:
+    """Every runner claims its fraction of each GPU it uses at start-up; on every GPU the claims must fit.
+    Runners without ``RAGSERVE_ENGINE__*__GPUS`` all start on the first GPUs, so they share GPU 0."""
+    claims: dict[int, list[tuple[str, float]]] = {}
+    for spec in specs:
+        engine: EngineArgs = getattr(settings.engine, spec.engine_key)
+        if spec.name == "generate":
+            name, share = "RAGSERVE_GENERATION__GPU_MEMORY_UTILIZATION", settings.generation.gpu_memory_utilization
+        else:
+            name, share = "RAGSERVE_RUNNERS__GPU_MEMORY_UTILIZATION", settings.runners.gpu_memory_utilization
+        for device in engine.devices():
+            claims.setdefault(device, []).append((name, share))
+    for device, on_it in sorted(claims.items()):
+        total = sum(share for _, share in on_it)
+        if total > MAX_GPU_SHARE:
+            parts = " + ".join(f"{name}={share:g}" for name, share in on_it)
+            raise RunnerConfigError(
+                f"the runners on GPU {device} would claim {total:.2f} of the GPU's memory ({parts}); keep the sum "
+                f"at or below {MAX_GPU_SHARE}, or give runners GPUs of their own (RAGSERVE_ENGINE__<RUNNER>__GPUS)"
+            )
 
 
 def generator_spec(settings: Settings, profile: Profile, *, cpu: bool) -> RunnerSpec | None:
@@ -175,6 +219,38 @@ def generator_spec(settings: Settings, profile: Profile, *, cpu: bool) -> Runner
         args += ["--speculative-config", json.dumps(gs.speculative_config)]
     return RunnerSpec("generate", rs.generate_model_path or model.name, model.name, rs.host,
                       _port(rs.generate_url), args, env, requires)
+
+
+def check_command_lines(specs: Sequence[RunnerSpec], *, timeout_s: float = 300.0) -> str:
+    """Parse every runner's command line with the installed vLLM's own parser (``service/runners/vllm_args.py``,
+    in a child process of the runner's interpreter) and raise :class:`RunnerConfigError` naming each refused
+    argument and the setting it came from. Returns the vLLM version that checked."""
+    if not specs:
+        return ""
+    python = specs[0].command()[0]
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding the `service` package
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    # Keyed by position: two profiles' runners may share a name. After `python -m <module>`.
+    argvs = {str(i): s.command()[3:] for i, s in enumerate(specs)}
+    try:
+        done = subprocess.run([python, "-m", "service.runners.vllm_args"], input=json.dumps(argvs), env=env,
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, OSError, ValueError, IndexError) as exc:
+        raise RunnerConfigError(f"could not check the runner command lines with vLLM's parser: {exc}") from exc
+    if "error" in answer:
+        raise RunnerConfigError(f"could not check the runner command lines: {answer['error']}")
+    problems = []
+    for i, spec in enumerate(specs):
+        reason = answer["refused"].get(str(i))
+        if reason is None:
+            continue
+        culprit = next((a for a in spec.extra_args if a.split("=", 1)[0] in reason), None)
+        source = f" (from RAGSERVE_ENGINE__{spec.engine_key.upper()}__EXTRA_ARGS)" if culprit else ""
+        problems.append(f"{spec.name} runner: vLLM {answer['vllm']} refuses its command line: {reason}{source}")
+    if problems:
+        raise RunnerConfigError("\n".join(problems))
+    return str(answer["vllm"])
 
 
 def _port(url: str) -> int:
@@ -252,9 +328,13 @@ class RunnerProcess:
 
 @contextmanager
 def running(
-    specs: Sequence[RunnerSpec], *, log_dir: Path, timeout_s: float = 600.0, sequential: bool | None = None
+    specs: Sequence[RunnerSpec], *, log_dir: Path, timeout_s: float = 600.0, sequential: bool | None = None,
+    check: bool = True,
 ) -> Iterator[list[RunnerProcess]]:
     """Start the runners, wait for their health, stop them on exit.
+
+    First, unless ``check`` is off, every command line goes through vLLM's own parser
+    (:func:`check_command_lines`), so a misspelt engine argument stops everything before anything starts.
 
     On a CPU host they start together (start-up is mostly imports, so it overlaps). On a GPU host they start
     one after another: two vLLM processes profiling one GPU at once mis-size each other's KV cache, since
@@ -262,6 +342,8 @@ def running(
     """
     if sequential is None:
         sequential = not vllm_is_cpu_build()
+    if check:
+        check_command_lines(specs)
     processes = [RunnerProcess(s, log_dir) for s in specs]
     try:
         deadline = time.monotonic() + timeout_s

@@ -8,7 +8,11 @@ way Compose does) and Compose's ``${VAR:-default}`` interpolation is applied wit
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,21 +31,23 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 GPU_HOST = DEPLOY / "gpu-host"
 COMPOSE_FILE = GPU_HOST / "compose.yaml"
-KUBERNETES = DEPLOY / "kubernetes"
+KUBERNETES = DEPLOY / "kubernetes" / "base"
+OVERLAYS = DEPLOY / "kubernetes" / "overlays"
 TEMPLATE = ROOT / "service" / "runners" / "templates" / "qwen3_reranker.jinja"
 
-# Flags whose values belong to the placement, not to the model: where the runner listens and how much of
-# which GPUs it takes. Everything else must equal what the launcher builds.
-PLACEMENT_FLAGS = frozenset({
-    "--host", "--port", "--gpu-memory-utilization", "--tensor-parallel-size", "--data-parallel-size",
-})
+# Flags whose values belong to the placement, not to the model: where the runner listens, how much of each
+# GPU it takes, and how many copies run (data parallel is `--data-parallel-size` or replicas, as the
+# deployment prefers). Everything else, the tensor and pipeline parallel sizes included (a model that does
+# not fit one GPU needs them), must equal what the launcher builds from the deployment's settings.
+PLACEMENT_FLAGS = frozenset({"--host", "--port", "--gpu-memory-utilization", "--data-parallel-size"})
 
 # Flags whose value is JSON: compared parsed, so that spacing or key order in a manifest does not matter.
 JSON_FLAGS = frozenset({"--hf-overrides", "--limit-mm-per-prompt", "--speculative-config"})
 
 # Runner environment that belongs to the deployment, not to the launcher: where the weights are cached,
 # offline mode, telemetry off. Every other variable a runner gets must be exactly the launcher's.
-DEPLOYMENT_ENV = frozenset({"HF_HOME", "HF_HUB_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK"})
+DEPLOYMENT_ENV = frozenset({"HF_HOME", "HF_HUB_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK",
+                            "CUDA_VISIBLE_DEVICES"})  # the orchestrator assigns devices
 
 # ragserve's URL setting for each runner, and the model the runner behind it must serve (qwen3 profile).
 assert QWEN3.reranker is not None and QWEN3.generator is not None
@@ -252,3 +258,37 @@ def service_link_vars(service_name: str, ports: list[dict[str, Any]]) -> Iterato
         yield from (base, f"{base}_PROTO", f"{base}_PORT", f"{base}_ADDR")
         if port.get("name"):
             yield f"{prefix}_SERVICE_PORT_{str(port['name']).upper().replace('-', '_')}"
+
+
+# --------------------------------------------------------------------------------------------- overlays
+
+
+def kustomize_command() -> list[str] | None:
+    """The kustomize that renders overlays: $RAGSERVE_KUSTOMIZE (a command line, e.g. "kustomize build"),
+    else a `kustomize` binary, else `kubectl kustomize` (kustomize v5 is built into kubectl 1.27+)."""
+    if os.environ.get("RAGSERVE_KUSTOMIZE"):
+        return shlex.split(os.environ["RAGSERVE_KUSTOMIZE"])
+    if shutil.which("kustomize"):
+        return ["kustomize", "build"]
+    if shutil.which("kubectl"):
+        return ["kubectl", "kustomize"]
+    return None
+
+
+@cache
+def render(folder: Path) -> tuple[K8sObject, ...]:
+    """``kubectl kustomize FOLDER``, parsed: the objects exactly as `kubectl apply -k` would send them."""
+    command = kustomize_command()
+    assert command is not None, "no kustomize: install kubectl (1.27+) or kustomize, or set RAGSERVE_KUSTOMIZE"
+    done = subprocess.run([*command, str(folder)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"{' '.join(command)} {folder}: {done.stderr}"
+    return tuple(K8sObject(str(folder.relative_to(DEPLOY)), body)
+                 for body in yaml.safe_load_all(done.stdout) if body is not None)
+
+
+def pod_containers(workload: dict[str, Any]) -> list[dict[str, Any]]:
+    """A pod's long-running containers: its containers and its native sidecars (init containers with
+    restartPolicy Always), in start order."""
+    spec = pod_spec(workload)
+    sidecars = [c for c in spec.get("initContainers", []) if c.get("restartPolicy") == "Always"]
+    return [*sidecars, *spec["containers"]]

@@ -52,9 +52,11 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-def launcher_specs() -> dict[str, RunnerSpec]:
-    """What `ragserve runners up` starts for the qwen3 profile on a GPU host, by served model name."""
-    return {s.served_name: s for s in runner_specs(Settings(profile="qwen3"), cpu=False)}
+def launcher_specs(where: str | None = None) -> dict[str, RunnerSpec]:
+    """What `ragserve runners up` starts on a GPU host, by served model name: with the deployment's own
+    settings (engine arguments included), or the qwen3 defaults."""
+    settings = _settings_from(ragserve_env(where)) if where else Settings(profile="qwen3")
+    return {s.served_name: s for s in runner_specs(settings, cpu=False)}
 
 
 def compose_runners() -> dict[str, list[str]]:
@@ -103,7 +105,7 @@ def test_the_profile_has_two_pooling_runners_and_a_generator() -> None:
 @pytest.mark.parametrize("where", ["compose", "kubernetes"])
 def test_runner_command_lines_are_the_launchers(where: str) -> None:
     deployed = deployed_runners(where)
-    expected = launcher_specs()
+    expected = launcher_specs(where)
     assert set(deployed) == set(expected), "one runner per model of the profile, no more"
     for served, spec in expected.items():
         argv, env = deployed[served]
@@ -170,7 +172,7 @@ def test_reranker_gets_the_shipped_template(where: str) -> None:
 def test_template_configmap_is_byte_identical() -> None:
     data = k8s_one("ConfigMap", "reranker-template")["data"]
     assert data["qwen3_reranker.jinja"] == TEMPLATE.read_text(), (
-        "deploy/kubernetes/reranker-template.yaml drifted from service/runners/templates/"
+        "deploy/kubernetes/base/reranker-template.yaml drifted from service/runners/templates/"
         "qwen3_reranker.jinja: copy the file in again, indented, under `qwen3_reranker.jinja: |+`"
     )
 

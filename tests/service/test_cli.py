@@ -77,7 +77,7 @@ def test_demo_main_job(tmp_path: Path) -> None:
 def test_runners_up_print_only_is_copy_pasteable_and_refuses_bad_combinations(tmp_path: Path) -> None:
     env = {**os.environ, "RAGSERVE_PROFILE": "qwen3", "RAGSERVE_DATA_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-m", "service.cli", "runners", "up", "--print-only"], env=env,
-                         text=True, capture_output=True, timeout=60)
+                         text=True, capture_output=True, timeout=240)  # includes vLLM's parser check (~20 s)
     assert out.returncode == 0, out.stderr
     generator = shlex.split(out.stdout.splitlines()[-1])
     assert generator[:3] == ["env", "VLLM_MEDIA_URL_ALLOW_REDIRECTS=0", "VLLM_ALLOW_RUNTIME_LORA_UPDATING=0"]
