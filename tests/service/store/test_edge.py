@@ -3,6 +3,7 @@ the offline HNSW build (``ragserve optimize``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -53,7 +54,8 @@ async def test_one_process_per_folder(tmp_path: Path) -> None:
     try:
         with pytest.raises(StoreLocked, match=r"pid \d+"):
             await EdgeStore.open(tmp_path / "s")
-        other = subprocess.run(
+        other = await asyncio.to_thread(
+            subprocess.run,
             [sys.executable, "-c", "import asyncio, sys; from pathlib import Path; from service.store.edge import "
              "EdgeStore; asyncio.run(EdgeStore.open(Path(sys.argv[1])))", str(tmp_path / "s")],
             capture_output=True, text=True, timeout=60)
@@ -85,8 +87,8 @@ asyncio.run(main())
 
 
 async def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(tmp_path / "s")], capture_output=True, text=True,
-                       timeout=60)
+    r = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", KILLED_WRITER, str(tmp_path / "s")],
+                                capture_output=True, text=True, timeout=60)
     assert r.returncode == -9 and r.stdout == "acknowledged\n", r.stderr
     reopened = await EdgeStore.open(tmp_path / "s")
     try:
