@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from service.documents.payload import ID_PATTERN, check_metadata
+
+STRICT = ConfigDict(extra="forbid", strict=True)
+"""As the API's request models: 5.0 is not an integer, "true" not a boolean."""
 
 
 class PathSource(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     kind: Literal["path"] = "path"
     path: str = Field(description="A file or folder on the server, under one of RAGSERVE_INGEST__ALLOWED_ROOTS.")
@@ -29,7 +34,7 @@ class PathSource(BaseModel):
 
 
 class UrlSource(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     kind: Literal["url"] = "url"
     urls: list[str] = Field(min_length=1, max_length=1000, description="http(s) URLs on allowlisted domains.")
@@ -38,7 +43,7 @@ class UrlSource(BaseModel):
 class UploadSource(BaseModel):
     """Files uploaded with the request; the API stores them under the data dir until the job is done."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     kind: Literal["upload"] = "upload"
     dir: str
@@ -49,7 +54,7 @@ Source = Annotated[PathSource | UrlSource | UploadSource, Field(discriminator="k
 
 
 class IngestOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     source_name: str | None = Field(
         None, max_length=1024,
@@ -62,7 +67,10 @@ class IngestOptions(BaseModel):
     )
     chunk_tokens: int | None = Field(None, ge=8, description="Tokens per chunk (capped at the model's window).")
     chunk_overlap: int | None = Field(None, ge=0)
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Added to every document's metadata.")
+    metadata: Annotated[dict[Annotated[str, Field(min_length=1, max_length=256, pattern=ID_PATTERN)], Any],
+                        AfterValidator(check_metadata)] = Field(
+        default_factory=dict, description="Added to every document's metadata (the same rules as a document's)."
+    )
 
 
 class IngestSpec(IngestOptions):

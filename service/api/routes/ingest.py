@@ -3,41 +3,37 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from fastapi import APIRouter, Request, status
+from fastapi import APIRouter, Query, Request, status
+from fastapi import Path as PathParam
 from pydantic import ValidationError
 from starlette.datastructures import FormData, UploadFile
 
 from indexer.sources import under_root
 from indexer.spec import IngestOptions, IngestSpec, PathSource, UploadSource, UrlSource
 from service.api.deps import ApiKey, ServicesDep
+from service.api.json_body import BodyError, JsonRoute, parse_json
 from service.api.routes.collections import CollectionName
-from service.api.schemas.errors import ERROR_RESPONSES
+from service.api.schemas.errors import error_responses
 from service.api.schemas.jobs import IngestRequest, JobList, JobOut
 from service.api.state import Services
+from service.documents.payload import id_problem
 from service.errors import BadRequest, Forbidden, InvalidInput, NotFound, PayloadTooLarge
 
-router = APIRouter(tags=["ingest"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
-
-MULTIPART_DOC = {
-    "requestBody": {"content": {
-        "application/json": {"schema": {"$ref": "#/components/schemas/IngestRequest"}},
-        "multipart/form-data": {"schema": {"type": "object", "properties": {
-            "files": {"type": "array", "items": {"type": "string", "format": "binary"},
-                      "description": "Files; each filename may be a relative path (kept as the document id)."},
-            "options": {"type": "string", "description": "JSON of IngestOptions (source_name, prune, chunking...)."},
-        }}},
-    }, "required": True},
-}
+router = APIRouter(tags=["ingest"], dependencies=[ApiKey], responses=error_responses(403, 404),
+                   route_class=JsonRoute)
+MAX_OPTIONS_BYTES = 1_000_000
+JobId = PathParam(description="A job id, as submitting the job answered it.")
 
 
-@router.post("/v1/collections/{name}/ingest", status_code=status.HTTP_202_ACCEPTED, openapi_extra=MULTIPART_DOC,
-             summary="Submit an ingest job; answers at once with its id")
+@router.post("/v1/collections/{name}/ingest", status_code=status.HTTP_202_ACCEPTED,
+             summary="Submit an ingest job; answers at once with its id",
+             description="A JSON body (`IngestRequest`: a server path or URLs) or multipart uploads (`files`, and "
+             "`options`: the JSON of `IngestOptions`). The request body is documented by service.api.openapi.")
 async def ingest(request: Request, services: ServicesDep, name: str = CollectionName) -> JobOut:
     await services.store.describe(name)  # 404 before anything is stored
     job_id = uuid.uuid4().hex
@@ -53,12 +49,12 @@ async def ingest(request: Request, services: ServicesDep, name: str = Collection
 
 
 @router.get("/v1/jobs", summary="Recent jobs")
-async def list_jobs(services: ServicesDep, limit: int = 50) -> JobList:
-    return JobList(jobs=[JobOut.of(j) for j in await services.jobs.list(limit=min(max(limit, 1), 500))])
+async def list_jobs(services: ServicesDep, limit: int = Query(50, ge=1, le=500, description="How many.")) -> JobList:
+    return JobList(jobs=[JobOut.of(j) for j in await services.jobs.list(limit=limit)])
 
 
 @router.get("/v1/jobs/{job_id}", summary="A job's state, counts, errors and progress")
-async def get_job(job_id: str, services: ServicesDep) -> JobOut:
+async def get_job(services: ServicesDep, job_id: str = JobId) -> JobOut:
     job = await services.jobs.get(job_id)
     if job is None:
         raise NotFound(f"job {job_id!r} does not exist", code="job_not_found", param="job_id")
@@ -66,7 +62,7 @@ async def get_job(job_id: str, services: ServicesDep) -> JobOut:
 
 
 @router.delete("/v1/jobs/{job_id}", status_code=status.HTTP_202_ACCEPTED, summary="Cancel a job")
-async def cancel_job(job_id: str, services: ServicesDep) -> JobOut:
+async def cancel_job(services: ServicesDep, job_id: str = JobId) -> JobOut:
     job = await services.jobs.cancel(job_id)
     if job is None:
         raise NotFound(f"job {job_id!r} does not exist", code="job_not_found", param="job_id")
@@ -74,10 +70,7 @@ async def cancel_job(job_id: str, services: ServicesDep) -> JobOut:
 
 
 async def _json_body(request: Request) -> Any:
-    try:
-        return json.loads(await request.body())
-    except ValueError as exc:
-        raise BadRequest("the request body is not valid JSON", code="invalid_json") from exc
+    return parse_json(await request.body())
 
 
 def _json_spec(body: Any, services: Services) -> IngestSpec:
@@ -94,7 +87,7 @@ def _json_spec(body: Any, services: Services) -> IngestSpec:
             raise Forbidden(f"path {req.source.path!r} is not under an allowed root (RAGSERVE_INGEST__ALLOWED_ROOTS)",
                             code="path_not_allowed", param="source.path")
         if not path.exists():
-            raise InvalidInput(f"path {req.source.path!r} does not exist", code="path_not_found", param="source.path")
+            raise NotFound(f"path {req.source.path!r} does not exist", code="path_not_found", param="source.path")
         req.source.path = str(path.resolve())
     return IngestSpec(**req.model_dump(exclude={"source"}), source=req.source)
 
@@ -110,8 +103,10 @@ def _save(files: list[UploadFile], names: list[str], target: Path) -> None:
 
 
 def _safe_name(filename: str) -> str:
+    """The upload's relative path, which becomes its document id: no absolute paths, no '..', and no
+    control characters (the rule for ids everywhere)."""
     name = PurePosixPath(filename.replace("\\", "/").lstrip("/"))
-    if not filename or "\x00" in filename or any(p in ("..", "") for p in name.parts) or not name.parts:
+    if not filename or id_problem(filename) or any(p in ("..", "") for p in name.parts) or not name.parts:
         raise InvalidInput(f"bad upload file name {filename!r}", code="bad_filename", param="files")
     return name.as_posix()
 
@@ -124,8 +119,16 @@ async def _uploads(request: Request, services: Services, job_id: str) -> IngestS
 
 async def _store_uploads(form: FormData, services: Services, job_id: str) -> IngestSpec:
     ingest = services.settings.ingest
+    raw = form.get("options") or "{}"
+    if isinstance(raw, UploadFile):  # sent as a file part (curl -F options=@opts.json)
+        raw = await raw.read(MAX_OPTIONS_BYTES + 1)
+        if len(raw) > MAX_OPTIONS_BYTES:
+            raise PayloadTooLarge(f"options: over {MAX_OPTIONS_BYTES} bytes", code="request_too_large",
+                                  param="options")
     try:
-        options = IngestOptions.model_validate_json(str(form.get("options") or "{}"))
+        options = IngestOptions.model_validate(parse_json(raw, what="the options field"))
+    except BodyError as exc:
+        raise BadRequest(str(exc.detail), code=exc.code, param="options") from exc
     except ValidationError as exc:
         raise InvalidInput(f"options: {exc.errors()[0]['msg']}", code="validation_error", param="options") from exc
     files = [f for f in form.getlist("files") if isinstance(f, UploadFile)]
