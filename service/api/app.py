@@ -16,6 +16,7 @@ from service import __version__
 from service.api.errors import install_error_handlers
 from service.api.limits import BodySizeLimit
 from service.api.metrics import Metrics, MetricsMiddleware
+from service.api.openapi import install_openapi
 from service.api.routes import chat, collections, health, ingest, passthrough, search
 from service.api.state import Services
 from service.clients.embeddings import EmbeddingClient
@@ -153,6 +154,7 @@ def create_app(
     )
     app.state.metrics = metrics
     install_error_handlers(app)
+    install_openapi(app, settings, get_profile(settings.profile))
     for router in (health.router, collections.router, ingest.router, search.router, passthrough.router, chat.router):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes,
