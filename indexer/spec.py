@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from service.api.schemas.common import JsonInt
 from service.documents.payload import ID_PATTERN, check_metadata
 
 STRICT = ConfigDict(extra="forbid", strict=True)
@@ -65,8 +66,8 @@ class IngestOptions(BaseModel):
         "auto",
         description="auto: files are chunked, JSONL records are passages; tokens: chunk all; none: one chunk each.",
     )
-    chunk_tokens: int | None = Field(None, ge=8, description="Tokens per chunk (capped at the model's window).")
-    chunk_overlap: int | None = Field(None, ge=0)
+    chunk_tokens: JsonInt | None = Field(None, ge=8, description="Tokens per chunk (capped at the model's window).")
+    chunk_overlap: JsonInt | None = Field(None, ge=0)
     metadata: Annotated[dict[Annotated[str, Field(min_length=1, max_length=256, pattern=ID_PATTERN)], Any],
                         AfterValidator(check_metadata)] = Field(
         default_factory=dict, description="Added to every document's metadata (the same rules as a document's)."

@@ -61,6 +61,7 @@ def deployment_document(doc: Schema, settings: Settings, profile: Profile) -> Sc
 
     _ingest_body(paths, schemas, settings)
     _walk(doc, _property_names)
+    _walk(doc, _integer_bounds)
 
     def props(name: str) -> dict[str, Schema]:
         return schemas[name]["properties"]  # type: ignore[no-any-return]
@@ -115,7 +116,6 @@ def deployment_document(doc: Schema, settings: Settings, profile: Profile) -> Sc
     sparse["language"]["description"] += (f" With the qdrant encoder: {', '.join(qdrant_languages())}; with the "
                                           f"ragserve encoder: {', '.join(legacy_languages())}.")
 
-    _walk(doc, _integer_bounds)
     _unauthorized(paths)
     _links(paths)
     return doc
@@ -170,7 +170,8 @@ def _metadata_value() -> Schema:
     """A metadata value as JSON Schema, recursively (the depth limit is the one thing it cannot say)."""
     ref = {"$ref": REF.format(model="MetadataValue")}
     return {
-        "description": f"A JSON value; arrays and objects nested at most {MAX_METADATA_DEPTH} levels in all.",
+        "description": f"A JSON value; arrays and objects nested at most {MAX_METADATA_DEPTH} levels in all; "
+                       "integers within 64 bits (the store would give a larger one back as a float).",
         "anyOf": [
             {"type": "string", "pattern": TEXT_PATTERN},
             {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX},
@@ -218,9 +219,19 @@ def _property_names(schema: Schema) -> None:
         schema["additionalProperties"] = value
 
 
+BOUND_KEYWORDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
+
+
 def _integer_bounds(schema: Schema) -> None:
-    """Integer bounds as integers: Pydantic writes them as floats, and 2**63 - 1 as a float is 2**63."""
-    if schema.get("type") != "integer":
+    """Bounds as JSON Schema keywords, integers' as integers. Pydantic writes a constraint on a type with a
+    before-validator (``JsonInt``) under its own name (``ge``), and integer bounds as floats, and 2**63 - 1
+    as a float is 2**63."""
+    if schema.get("type") not in ("integer", "number"):
+        return
+    for ours, keyword in BOUND_KEYWORDS.items():
+        if ours in schema and not isinstance(schema[ours], dict):
+            schema[keyword] = schema.pop(ours)
+    if schema["type"] != "integer":
         return
     for key in ("minimum", "maximum"):
         if isinstance(schema.get(key), float):

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from service.api.schemas.collections import COLLECTION_NAME
-from service.api.schemas.common import Filter, RequestModel, Text
+from service.api.schemas.common import Filter, JsonInt, RequestModel, Text
 
 
 class ImageURL(RequestModel):
@@ -40,9 +40,9 @@ class RetrievalOptions(RequestModel):
     collections: list[Annotated[str, Field(pattern=COLLECTION_NAME)]] = Field(
         min_length=1, max_length=8, description="Collections to retrieve context from."
     )
-    top_k: int | None = Field(None, ge=1, description="Context passages in the prompt (default 5).")
+    top_k: JsonInt | None = Field(None, ge=1, description="Context passages in the prompt (default 5).")
     rerank: bool | None = Field(None, description="Rerank candidates (default: when a reranker is configured).")
-    rerank_candidates: int | None = Field(None, ge=1, description="Vector candidates handed to the reranker.")
+    rerank_candidates: JsonInt | None = Field(None, ge=1, description="Vector candidates handed to the reranker.")
     filter: Filter | None = Field(None, description="Metadata conditions, as in /v1/search.")
 
 
@@ -55,13 +55,13 @@ class ChatCompletionRequest(RequestModel):
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: JsonInt | None = Field(None, ge=1)
+    max_completion_tokens: JsonInt | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, description="vLLM sampling extension.")
+    top_k: JsonInt | None = Field(None, description="vLLM sampling extension.")
     min_p: float | None = Field(None, ge=0, le=1)
-    seed: int | None = None
+    seed: JsonInt | None = None
     stop: str | list[str] | None = None
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)

@@ -4,7 +4,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from service.api.schemas.common import DocumentText, FiniteFloat, Identifier, Metadata, RequestModel, refuse
+from service.api.schemas.common import DocumentText, FiniteFloat, Identifier, JsonInt, Metadata, RequestModel, refuse
 from service.search.filters import FIELD_RE
 from service.sparse.bm25 import SparseConfig
 from service.sparse.languages import language_problem
@@ -34,7 +34,7 @@ class SparseOptions(SparseConfig):
 
 class CollectionCreate(RequestModel):
     name: str = Field(pattern=COLLECTION_NAME, description="Letters, digits, '_' and '-', up to 64.")
-    dimensions: int | None = Field(
+    dimensions: JsonInt | None = Field(
         None, ge=1, description="Vector size; default the embedding model's (Matryoshka sizes allowed)."
     )
     filter_fields: dict[Annotated[str, Field(pattern=FIELD_RE.pattern)], FieldType] = Field(

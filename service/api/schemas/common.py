@@ -13,7 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
@@ -89,7 +98,16 @@ Metadata = Annotated[
     Field(description=f"A JSON object, nested at most {MAX_METADATA_DEPTH} levels, integers within 64 bits; no "
                       "control characters in keys, none but whitespace in strings."),
 ]
-Int64 = Annotated[StrictInt, Field(ge=INT64_MIN, le=INT64_MAX)]
+def _integral(value: Any) -> Any:
+    """JSON Schema's integers include 5.0 (a number with no fraction): so do ours. 5.5, "5" and true do not."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= INT64_MAX:
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_integral)]
+"""An integer as JSON Schema means it: 5 or 5.0, never 5.5, "5" or true (the models are strict)."""
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX), BeforeValidator(_integral)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
 FilterField = Annotated[str, Field(pattern=FIELD_RE.pattern)]

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from service.api.schemas.common import RequestModel, Text
+from service.api.schemas.common import JsonInt, RequestModel, Text
 
 InputText = Annotated[Text, Field(min_length=1)]
 
@@ -17,7 +17,7 @@ class EmbeddingsRequest(RequestModel):
         "RAGSERVE_LIMITS__MAX_DOCUMENTS_PER_REQUEST of them."
     )
     model: str | None = Field(None, description="Ignored: ragserve serves its profile's model.")
-    dimensions: int | None = Field(None, ge=1)
+    dimensions: JsonInt | None = Field(None, ge=1)
     encoding_format: Literal["float", "base64"] = "float"
     user: str | None = None
 
@@ -31,7 +31,7 @@ class RerankRequest(RequestModel):
     documents: list[InputText | RerankDocument] = Field(
         min_length=1, description="At most RAGSERVE_LIMITS__MAX_RERANK_CANDIDATES."
     )
-    top_n: int | None = Field(None, ge=1)
+    top_n: JsonInt | None = Field(None, ge=1)
     return_documents: bool = True
     instruction: Text | None = Field(None, max_length=1000, description="Qwen3 reranker instruction.")
     model: str | None = Field(None, description="Ignored: ragserve serves its profile's reranker.")

@@ -5,12 +5,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from service.api.schemas.collections import COLLECTION_NAME
-from service.api.schemas.common import Filter, QueryText, RequestModel, Text
+from service.api.schemas.common import Filter, JsonInt, QueryText, RequestModel, Text
 
 
 class RerankOptions(RequestModel):
     enabled: bool = Field(True, description="Rerank the vector candidates with the reranker runner.")
-    top_n: int | None = Field(
+    top_n: JsonInt | None = Field(
         None, ge=1, description="Vector candidates handed to the reranker (default max(top_k, 30)), at most "
         "RAGSERVE_LIMITS__MAX_RERANK_CANDIDATES.",
     )
@@ -29,7 +29,7 @@ class SearchRequest(RequestModel):
     image: SearchImage | None = Field(
         None, description="An image to search with: the VL model writes the query from it (and the text)."
     )
-    top_k: int = Field(10, ge=1, description="Hits to return, at most RAGSERVE_LIMITS__MAX_TOP_K.")
+    top_k: JsonInt = Field(10, ge=1, description="Hits to return, at most RAGSERVE_LIMITS__MAX_TOP_K.")
     filter: Filter | None = None
     rerank: RerankOptions | None = Field(
         None, description="Reranking options; default: on when the profile has a reranker."
