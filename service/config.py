@@ -370,9 +370,10 @@ def check_environment(environ: Mapping[str, str]) -> None:
     if not unknown:
         return
     lines = []
+    suffixes = sorted(n[len(ENV_PREFIX):] for n in valid)  # the shared prefix would make every name "close"
     for name in unknown:
-        near = difflib.get_close_matches(name.upper(), sorted(valid), n=1, cutoff=0.6)
-        lines.append(f"{name} (did you mean {near[0]}?)" if near else name)
+        near = difflib.get_close_matches(name.upper()[len(ENV_PREFIX):], suffixes, n=1, cutoff=0.6)
+        lines.append(f"{name} (did you mean {ENV_PREFIX}{near[0]}?)" if near else name)
     raise UnknownSetting("unknown setting(s) in the environment: " + "; ".join(lines)
                          + ". Every RAGSERVE_ variable must name a setting of service/config.py.")
 
