@@ -166,6 +166,8 @@ class Pipeline:
                 job.counts.documents_deleted = len(gone)
                 await self.queue.mark_documents(job, {d: "deleted" for d in gone})
         c = job.counts
+        log.info("job %s into %s: %d indexed, %d unchanged, %d failed, %d deleted", job.id, job.collection,
+                 c.documents_indexed, c.documents_unchanged, c.documents_failed, c.documents_deleted)
         if c.documents_indexed == 0 and c.documents_unchanged == 0 and (c.documents_failed or c.files_failed):
             raise JobFailed(f"every document failed: {c.files_failed} file(s) could not be read or parsed, "
                             f"{c.documents_failed} document(s) could not be indexed (see errors)")
