@@ -7,6 +7,10 @@ result is being written. A batch that still fails after its retries marks its do
 per document with the reason); it never takes the job down or leaves a document half-written. A job in
 which some documents failed succeeds with their errors listed; one in which every document failed (and
 none was indexed or unchanged) ends ``failed``.
+
+A job submitted by a tenant's key stamps the tenant on every document and sees (for re-syncs and prunes)
+only that tenant's documents. Each batch is a trace span (``index_batch``) with ``embed`` and ``store``
+children; the job's log lines carry ``job-<id>`` as their request id.
 """
 
 from __future__ import annotations
@@ -28,8 +32,11 @@ from service.clients.embeddings import EmbeddingClient
 from service.config import Settings
 from service.documents.writer import content_hash
 from service.errors import RagserveError
+from service.observability.context import RequestContext, bind, unbind
+from service.observability.tracing import stage
 from service.sparse.normalisation import SparseNormaliser
 from service.store.base import VectorStore
+from service.store.tenancy import Tenant, write_scope
 from service.store.types import Chunk, CollectionInfo
 
 log = logging.getLogger("ragserve.indexer")
@@ -67,6 +74,13 @@ class Pipeline:
         self.sparse = SparseNormaliser(store)
 
     async def run(self, job: Job, cancelled: asyncio.Event) -> None:
+        token = bind(RequestContext(f"job-{job.id}", IngestSpec.model_validate(job.spec).submitted_by))
+        try:
+            await self._run(job, cancelled)
+        finally:
+            unbind(token)
+
+    async def _run(self, job: Job, cancelled: asyncio.Event) -> None:
         spec = IngestSpec.model_validate(job.spec)
         cfg = self.settings.indexer
         info = await self.store.describe(job.collection)
@@ -77,7 +91,10 @@ class Pipeline:
         finished = await self.queue.finished_documents(job.id)
         if job.attempts > 1:  # resumed after a crash: count what the earlier run finished, once
             job.counts.documents_seen = len(finished)
-        stored = await self.store.doc_states(job.collection, source=source_name)
+        tenant, scope = spec.tenant, write_scope(spec.tenant)
+        if tenant is not None:
+            await self.store.ensure_tenant_index(job.collection, tenant.field)
+        stored = await self.store.doc_states(job.collection, source=source_name, scope=scope)
         seen: set[str] = set(finished)
         file_failures = 0
         slots = asyncio.Semaphore(self.settings.indexer.inflight_batches)
@@ -91,7 +108,7 @@ class Pipeline:
                 return
             work, batch, batch_tokens = batch, [], 0
             await slots.acquire()
-            task = asyncio.create_task(self._write_batch(job, info, source_name, work))
+            task = asyncio.create_task(self._write_batch(job, info, source_name, work, tenant))
             task.add_done_callback(lambda _t: slots.release())
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -145,10 +162,12 @@ class Pipeline:
                 self._error(job, source_name, f"prune skipped: {file_failures} file(s) could not be read")
             else:
                 gone = sorted(set(stored) - seen)
-                await self.store.delete_documents(job.collection, gone)
+                await self.store.delete_documents(job.collection, gone, scope=scope)
                 job.counts.documents_deleted = len(gone)
                 await self.queue.mark_documents(job, {d: "deleted" for d in gone})
         c = job.counts
+        log.info("job %s into %s: %d indexed, %d unchanged, %d failed, %d deleted", job.id, job.collection,
+                 c.documents_indexed, c.documents_unchanged, c.documents_failed, c.documents_deleted)
         if c.documents_indexed == 0 and c.documents_unchanged == 0 and (c.documents_failed or c.files_failed):
             raise JobFailed(f"every document failed: {c.files_failed} file(s) could not be read or parsed, "
                             f"{c.documents_failed} document(s) could not be indexed (see errors)")
@@ -174,6 +193,8 @@ class Pipeline:
             for doc in docs:
                 split = spec.chunking == "tokens" or (spec.chunking == "auto" and doc.chunk)
                 meta = {**doc.metadata, **spec.metadata}
+                if spec.tenant is not None:
+                    meta = spec.tenant.stamp(meta)
                 doc = ParsedDocument(doc.doc_id, doc.sections, meta, doc.full_text, doc.chunk)
                 chunks = chunker.chunk(doc, split=split)
                 yield DocWork(doc, chunks, content_hash(doc.full_text, meta, *version))
@@ -193,10 +214,14 @@ class Pipeline:
         fetch = self.url_fetcher
         return (fetch(url) for url in source.urls), len(source.urls)
 
-    async def _write_batch(self, job: Job, info: CollectionInfo, source: str, work: list[DocWork]) -> None:
+    async def _write_batch(self, job: Job, info: CollectionInfo, source: str, work: list[DocWork],
+                           tenant: Tenant | None) -> None:
         """Embed and write whole documents; a batch that still fails after its tries is split in halves
         and retried, so one bad document never takes its batch-mates down with it."""
-        error = await self._try_write(job, info, source, work)
+        with stage("index_batch", collection=job.collection, job=job.id, documents=len(work),
+                   chunks=sum(len(w.chunks) for w in work), tokens=sum(w.tokens for w in work)) as span:
+            error = await self._try_write(job, info, source, work, tenant)
+            span.set_attribute("ragserve.failed", error is not None)
         if error is None:
             job.counts.documents_indexed += len(work)
             job.counts.chunks += sum(len(w.chunks) for w in work)
@@ -205,8 +230,8 @@ class Pipeline:
             return
         if len(work) > 1:
             mid = len(work) // 2
-            await self._write_batch(job, info, source, work[:mid])
-            await self._write_batch(job, info, source, work[mid:])
+            await self._write_batch(job, info, source, work[:mid], tenant)
+            await self._write_batch(job, info, source, work[mid:], tenant)
             return
         (w,) = work
         log.warning("document %s failed: %s", w.doc.doc_id, error.message)
@@ -216,7 +241,7 @@ class Pipeline:
         await self.queue.mark_documents(job, {w.doc.doc_id: "failed"})
 
     async def _try_write(
-        self, job: Job, info: CollectionInfo, source: str, work: list[DocWork]
+        self, job: Job, info: CollectionInfo, source: str, work: list[DocWork], tenant: Tenant | None
     ) -> RagserveError | None:
         attempts = self.settings.indexer.batch_attempts
         texts = [c.text for w in work for c in w.chunks]
@@ -224,15 +249,19 @@ class Pipeline:
         for attempt in range(attempts):
             try:
                 started = time.perf_counter()
-                vectors = await self._embed(texts, tokens, info.dimensions)
+                with stage("embed", collection=job.collection, attempt=attempt + 1, chunks=len(texts)):
+                    vectors = await self._embed(texts, tokens, info.dimensions)
                 job.embed_seconds += time.perf_counter() - started
+                ns = tenant.namespace if tenant is not None else None
                 chunks = [
                     Chunk(w.doc.doc_id, c.chunk_index, c.text, w.doc.metadata, content_hash=w.content_hash,
-                          chunk_count=len(w.chunks), source=source, location=c.location)
+                          chunk_count=len(w.chunks), source=source, location=c.location, tenant=ns)
                     for w in work for c in w.chunks
                 ]
-                sparse = await self.sparse.vectors(job.collection, texts)
-                await self.store.replace_documents(job.collection, chunks, vectors, sparse)
+                with stage("store", collection=job.collection, attempt=attempt + 1, chunks=len(chunks)):
+                    sparse = await self.sparse.vectors(job.collection, texts)
+                    await self.store.replace_documents(job.collection, chunks, vectors, sparse,
+                                                       scope=write_scope(tenant))
                 return None
             except RagserveError as exc:
                 if attempt == attempts - 1:

@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from service.store.tenancy import Tenant
+
 
 class PathSource(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -67,6 +69,9 @@ class IngestOptions(BaseModel):
 
 class IngestSpec(IngestOptions):
     source: Source
+    tenant: Tenant | None = Field(None, description="The submitting key's tenant: stamped on every document, "
+                                  "and the only documents this job's re-sync and prune see.")
+    submitted_by: str | None = Field(None, description="The submitting key's id (write keys see their own jobs).")
 
 
 def default_source_name(source: PathSource | UrlSource | UploadSource) -> str:

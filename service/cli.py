@@ -22,11 +22,21 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings(**overrides)
 
 
+def _observe(settings: Settings) -> None:
+    """Logs and traces for a long-running process (serve, worker), configured before anything logs."""
+    from service.observability.logs import configure_logging
+    from service.observability.tracing import configure_tracing
+
+    configure_logging(settings.log_format, settings.log_level)
+    configure_tracing(settings.otel)
+
+
 def cmd_serve(args: argparse.Namespace) -> None:
     from service.runners.launcher import runner_specs, running
     from service.server import ensure_api_key, serve
 
     settings = _settings(args)
+    _observe(settings)
     key = ensure_api_key(settings)
     if key:
         print(f"Generated API key (development only): {key}", flush=True)
@@ -100,7 +110,32 @@ def cmd_search(args: argparse.Namespace) -> None:
 def cmd_worker(args: argparse.Namespace) -> None:
     from indexer.cli import run_worker
 
+    _observe(Settings())
     run_worker()
+
+
+def cmd_keys_hash(args: argparse.Namespace) -> None:
+    """Print a keys-file entry for a new key (or for one read from stdin), and the key itself once."""
+    from service.auth.keys import ApiKeyEntry, TenantEntry, new_key, scrypt_hash, sha256_hex
+
+    key = sys.stdin.readline().rstrip("\r\n") if args.stdin else new_key()
+    if len(key) < 16:
+        raise SystemExit("ragserve: a key must be at least 16 characters")
+    tenant = None
+    if args.tenant:
+        field, sep, value = args.tenant.partition("=")
+        if not sep:
+            raise SystemExit("ragserve: --tenant takes FIELD=VALUE")
+        tenant = TenantEntry(field=field, value=value)
+    hashed = {"scrypt": scrypt_hash(key)} if args.scheme == "scrypt" else {"sha256": sha256_hex(key)}
+    try:
+        entry = ApiKeyEntry(id=args.id, scopes=args.scope or ["read"], collections=args.collection, tenant=tenant,
+                            **hashed)
+    except ValueError as exc:
+        raise SystemExit(f"ragserve: {exc}") from None
+    if not args.stdin:
+        print(f"key (shown once; give it to the client, keep only the entry): {key}", file=sys.stderr)
+    print(json.dumps(entry.model_dump(exclude_none=True)))
 
 
 def cmd_optimize(args: argparse.Namespace) -> None:
@@ -247,6 +282,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="run an indexing worker (the store must not be open elsewhere)")
     p.set_defaults(func=cmd_worker)
 
+    p = sub.add_parser("keys", help="API keys")
+    ksub = p.add_subparsers(dest="action", required=True)
+    kh = ksub.add_parser("hash", help="make a new key and print its keys-file entry (JSON); the key goes to stderr")
+    kh.add_argument("--scheme", choices=["sha256", "scrypt"], default="sha256",
+                    help="sha256 for generated keys (default); scrypt for a key a person chose (--stdin)")
+    kh.add_argument("--stdin", action="store_true", help="hash the key read from stdin instead of a new one")
+    kh.add_argument("--scope", action="append", choices=["read", "write", "admin"],
+                    help="a scope the key holds (repeatable; default read)")
+    kh.add_argument("--collection", action="append", help="a collection the key may reach (repeatable; default all)")
+    kh.add_argument("--tenant", metavar="FIELD=VALUE", help="the key's tenant: a metadata field and its value")
+    kh.add_argument("--id", help="a label for logs and job ownership")
+    kh.set_defaults(func=cmd_keys_hash)
+
     p = sub.add_parser("optimize", help="build the HNSW index of an embedded-store collection (store closed)")
     p.add_argument("collection")
     p.add_argument("--data-dir", type=Path, default=None)
@@ -304,6 +352,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     # SIGTERM unwinds like Ctrl-C, so the runners' context managers stop their processes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    from pydantic import ValidationError
+
+    from service.auth.keyring import KeyConfigError
+    from service.config import UnknownSetting
     from service.runners.launcher import RunnerConfigError, RunnerStartError
     from service.store.errors import StoreError
 
@@ -312,6 +364,12 @@ def main(argv: list[str] | None = None) -> None:
         args.func(args)
     except KeyboardInterrupt:
         print("stopping.", file=sys.stderr)
+    except (UnknownSetting, KeyConfigError) as exc:
+        print(f"ragserve: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except ValidationError as exc:
+        print(f"ragserve: invalid settings: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     except (RunnerConfigError, RunnerStartError, StoreError) as exc:
         print(f"ragserve: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -18,6 +18,7 @@ from service.api.limits import BodySizeLimit
 from service.api.metrics import Metrics, MetricsMiddleware
 from service.api.routes import chat, collections, health, ingest, passthrough, search
 from service.api.state import Services
+from service.auth.keyring import KeyConfigError, keyring_from_settings
 from service.clients.embeddings import EmbeddingClient
 from service.clients.generation import GenerationClient
 from service.clients.rerank import RerankClient
@@ -27,6 +28,7 @@ from service.documents.writer import DocumentWriter
 from service.generation.chat import ChatHandler
 from service.generation.image_query import ImageQueryWriter
 from service.media.service import MediaService
+from service.observability.requests import RequestContextMiddleware, TracingMiddleware
 from service.profiles import get_profile, resolve_generator
 from service.search.service import SearchService
 from service.security.fetch import Resolver, SafeFetcher
@@ -120,8 +122,10 @@ def create_app(
 ) -> FastAPI:
     """The API. ``with_worker`` also runs an indexing worker in this process: the way to use the embedded
     store, which only one process may open. The other arguments are test hooks (see build_services)."""
-    if not settings.api_keys:
-        raise ValueError("no API keys configured: set RAGSERVE_API_KEYS (every route but /health needs one)")
+    keyring = keyring_from_settings(settings)
+    if not len(keyring):
+        raise KeyConfigError("no API keys configured: set RAGSERVE_API_KEYS, RAGSERVE_API_KEYS_FILE or "
+                         "RAGSERVE_API_KEY_HASHES (every route but /health needs one)")
     metrics = Metrics()
 
     @asynccontextmanager
@@ -152,10 +156,13 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.metrics = metrics
+    app.state.keyring = keyring
     install_error_handlers(app)
     for router in (health.router, collections.router, ingest.router, search.router, passthrough.router, chat.router):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes,
                        upload_max_bytes=settings.limits.max_upload_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(TracingMiddleware)
+    app.add_middleware(RequestContextMiddleware)  # outermost: even a refused body gets its id
     return app

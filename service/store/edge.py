@@ -55,18 +55,19 @@ from service.store.types import (
     DENSE,
     INTERNAL_INDEXES,
     SPARSE,
+    TENANT,
     Chunk,
     CollectionInfo,
     DocState,
     Filter,
     Fusion,
     Hit,
+    IsEmpty,
     Match,
     MatchAny,
     Range,
     SparseVector,
     StateCollector,
-    point_id,
 )
 
 log = logging.getLogger("ragserve.store")
@@ -91,6 +92,8 @@ class _Collection:
     folder: Path
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     closed: bool = False
+    tenant_fields: set[str] = field(default_factory=set)
+    """Fields known to have their ``is_tenant`` index (read from the shard on first use)."""
 
 
 class EdgeStore(VectorStore):
@@ -105,9 +108,7 @@ class EdgeStore(VectorStore):
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="qdrant-edge")
         self._write_batch = write_batch
         self._params = qe.SearchParams(hnsw_ef=hnsw_ef)
-        # IDF over the live points: by default the engine counts deleted points until a vacuum rewrites the
-        # segment (and Edge has no background optimizer), so a deleted document would skew BM25 forever.
-        self._sparse_params = qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter(must=[qe.HasVectorCondition(SPARSE)])))
+        self._sparse_params = _idf_params(None)
         self._collections: dict[str, _Collection] = {}
         self._create_lock = asyncio.Lock()
         self._lock_file: Any = None
@@ -259,15 +260,25 @@ class EdgeStore(VectorStore):
     async def query(
         self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
+        idf_corpus: Filter | None = None,
     ) -> list[Hit]:
         coll = self._get(name)
         flt = to_edge(query_filter) if query_filter is not None else None
-        request = self._request(dense, sparse, limit, flt, fusion)
+        sparse_params = self._sparse_params if idf_corpus is None else _idf_params(idf_corpus)
+        request = self._request(dense, sparse, limit, flt, fusion, sparse_params)
         points = await self._run(name, lambda: coll.shard.query(request))
         return [Hit.from_payload(p.id, p.score, p.payload) for p in points]
 
+    async def ensure_tenant_index(self, name: str, field: str) -> None:
+        coll = self._get(name)
+        if field in coll.tenant_fields:
+            return
+        async with coll.write_lock:
+            await self._run(name, lambda: _tenant_index(coll.shard, field))
+            coll.tenant_fields.add(field)
+
     def _request(self, dense: Sequence[float] | None, sparse: SparseVector | None, limit: int,
-                 flt: qe.Filter | None, fusion: Fusion | None) -> qe.QueryRequest:
+                 flt: qe.Filter | None, fusion: Fusion | None, sparse_params: qe.SearchParams) -> qe.QueryRequest:
         dense_q = qe.Query.Nearest(list(dense), using=DENSE) if dense is not None else None
         sparse_q = (qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE)
                     if sparse is not None else None)
@@ -279,13 +290,13 @@ class EdgeStore(VectorStore):
             return qe.QueryRequest(
                 limit=limit, query=fused, filter=flt, with_payload=True,
                 prefetches=[qe.Prefetch(limit=depth, query=dense_q, filter=flt, params=self._params),
-                            qe.Prefetch(limit=depth, query=sparse_q, filter=flt, params=self._sparse_params)],
+                            qe.Prefetch(limit=depth, query=sparse_q, filter=flt, params=sparse_params)],
             )
         query = dense_q or sparse_q
         if query is None:
             raise ValueError("a dense or a sparse query vector is needed")
         return qe.QueryRequest(limit=limit, query=query, filter=flt, with_payload=True,
-                               params=self._params if dense_q is not None else self._sparse_params)
+                               params=self._params if dense_q is not None else sparse_params)
 
     async def count(self, name: str, where: Filter | None = None) -> int:
         coll = self._get(name)
@@ -337,6 +348,24 @@ def _create_shard(folder: Path, info: CollectionInfo) -> qe.EdgeShard:
     return shard
 
 
+def _idf_params(corpus: Filter | None) -> qe.SearchParams:
+    # IDF over the live points: by default the engine counts deleted points until a vacuum rewrites the
+    # segment (and Edge has no background optimizer), so a deleted document would skew BM25 forever. A
+    # tenant's query counts its own tenant's points only (its ranking owes nothing to other tenants' data).
+    live: list[Any] = [qe.HasVectorCondition(SPARSE)]
+    if corpus is not None:
+        live.append(to_edge(corpus))
+    return qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter(must=live)))
+
+
+def _tenant_index(shard: qe.EdgeShard, field: str) -> None:
+    schema = shard.info().payload_schema
+    if f"metadata.{field}" not in schema or not getattr(schema[f"metadata.{field}"].params, "is_tenant", False):
+        shard.update(qe.UpdateOperation.create_field_index(f"metadata.{field}", qe.KeywordIndexParams(is_tenant=True)))
+    if TENANT not in schema:
+        shard.update(qe.UpdateOperation.create_field_index(TENANT, FIELD_TYPES["keyword"]))
+
+
 def _config(dimensions: int, sparse: bool, optimizers: qe.EdgeOptimizersConfig | None = None) -> qe.EdgeConfig:
     return qe.EdgeConfig(
         vectors={DENSE: qe.EdgeVectorParams(size=dimensions, distance=qe.Distance.Cosine)},
@@ -352,7 +381,7 @@ def _upsert(shard: qe.EdgeShard, name: str, chunks: Sequence[Chunk], vectors: Se
         vector: dict[str, Any] = {DENSE: list(v)}
         if sparse is not None:
             vector[SPARSE] = qe.SparseVector(list(sparse[i].indices), list(sparse[i].values))
-        points.append(qe.Point(point_id(name, c.doc_id, c.chunk_index), vector, c.payload()))
+        points.append(qe.Point(c.id_in(name), vector, c.payload()))
     shard.update(qe.UpdateOperation.upsert_points(points))
 
 
@@ -399,6 +428,8 @@ def to_edge(flt: Filter) -> qe.Filter:
             return qe.FieldCondition(key=c.key, match=qe.MatchAny(list(c.values)))
         if isinstance(c, Range):
             return qe.FieldCondition(key=c.key, range=qe.RangeFloat(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
+        if isinstance(c, IsEmpty):
+            return qe.IsEmptyCondition(c.key)
         raise TypeError(f"not a filter condition: {c!r}")
 
     return qe.Filter(

@@ -26,18 +26,19 @@ from service.store.types import (
     DENSE,
     INTERNAL_INDEXES,
     SPARSE,
+    TENANT,
     Chunk,
     CollectionInfo,
     DocState,
     Filter,
     Fusion,
     Hit,
+    IsEmpty,
     Match,
     MatchAny,
     Range,
     SparseVector,
     StateCollector,
-    point_id,
 )
 
 T = TypeVar("T")
@@ -63,6 +64,7 @@ class ServerStore(VectorStore):
         self._timeout_s = timeout_s
         self._ttl_s = metadata_ttl_s
         self._described: dict[str, tuple[float, CollectionInfo]] = {}
+        self._tenant_indexes: set[tuple[str, str]] = set()
 
     async def aclose(self) -> None:
         await self.client.close()
@@ -150,6 +152,7 @@ class ServerStore(VectorStore):
         if not await self._call(lambda: self.client.collection_exists(name)):
             raise CollectionNotFound(name)
         self._described.pop(name, None)
+        self._tenant_indexes = {k for k in self._tenant_indexes if k[0] != name}
         await self._call(lambda: self.client.delete_collection(name), name)
 
     async def upsert(
@@ -159,7 +162,7 @@ class ServerStore(VectorStore):
         check_vectors(chunks, vectors, sparse)
         points = [
             models.PointStruct(
-                id=point_id(name, c.doc_id, c.chunk_index),
+                id=c.id_in(name),
                 vector=(
                     {DENSE: list(v), SPARSE: _sparse(sparse[i])} if sparse is not None else {DENSE: list(v)}
                 ),
@@ -193,8 +196,12 @@ class ServerStore(VectorStore):
     async def query(
         self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
+        idf_corpus: Filter | None = None,
     ) -> list[Hit]:
         flt = to_qdrant(query_filter) if query_filter is not None else None
+        # A tenant's BM25 counts document frequencies over its own points only.
+        idf = None if idf_corpus is None else models.SearchParams(
+            idf=models.IdfCorpusParams(corpus=to_qdrant(idf_corpus)))
         kwargs: dict[str, Any]
         if dense is not None and sparse is not None:
             fusion = fusion or Fusion()
@@ -202,14 +209,15 @@ class ServerStore(VectorStore):
             kwargs = {
                 "prefetch": [
                     models.Prefetch(query=list(dense), using=DENSE, limit=prefetch_limit, filter=flt),
-                    models.Prefetch(query=_sparse(sparse), using=SPARSE, limit=prefetch_limit, filter=flt),
+                    models.Prefetch(query=_sparse(sparse), using=SPARSE, limit=prefetch_limit, filter=flt,
+                                    params=idf),
                 ],
                 "query": _fusion(fusion),
             }
         elif dense is not None:
             kwargs = {"query": list(dense), "using": DENSE}
         elif sparse is not None:
-            kwargs = {"query": _sparse(sparse), "using": SPARSE}
+            kwargs = {"query": _sparse(sparse), "using": SPARSE, "search_params": idf}
         else:
             raise ValueError("a dense or a sparse query vector is needed")
         response = await self._call(
@@ -217,6 +225,14 @@ class ServerStore(VectorStore):
             name,
         )
         return [Hit.from_payload(p.id, p.score, p.payload) for p in response.points]
+
+    async def ensure_tenant_index(self, name: str, field: str) -> None:
+        if (name, field) in self._tenant_indexes:
+            return
+        tenant_index = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)
+        await self._call(lambda: self.client.create_payload_index(name, f"metadata.{field}", tenant_index), name)
+        await self._call(lambda: self.client.create_payload_index(name, TENANT, FIELD_TYPES["keyword"]), name)
+        self._tenant_indexes.add((name, field))
 
     async def count(self, name: str, where: Filter | None = None) -> int:
         flt = to_qdrant(where) if where is not None else None
@@ -266,6 +282,8 @@ def to_qdrant(flt: Filter) -> models.Filter:
             return models.FieldCondition(key=c.key, match=models.MatchAny(any=list(c.values)))
         if isinstance(c, Range):
             return models.FieldCondition(key=c.key, range=models.Range(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
+        if isinstance(c, IsEmpty):
+            return models.IsEmptyCondition(is_empty=models.PayloadField(key=c.key))
         raise TypeError(f"not a filter condition: {c!r}")
 
     return models.Filter(

@@ -1,8 +1,10 @@
 """What the store holds and answers, independent of the engine behind it.
 
 A point is one chunk: a named dense vector ``dense``, optionally a named sparse vector ``bm25``, and the
-payload ``{doc_id, chunk_index, text, metadata, location, source, content_hash, chunk_count}``. Point ids
-are UUIDv5 of ``(collection, doc_id, chunk_index)``: upserting the same chunk twice overwrites it.
+payload ``{doc_id, chunk_index, text, metadata, location, source, content_hash, chunk_count, tenant}``. Point
+ids are UUIDv5 of ``(collection, doc_id, chunk_index)``, with the tenant before the doc id for a tenant's
+chunks (``service.store.tenancy``): upserting the same chunk twice overwrites it, and two tenants' documents
+of one id are two documents.
 
 Filters are a small tree (:class:`Filter` of :class:`Match` / :class:`MatchAny` / :class:`Range`) that
 each backend translates into its engine's own filter type, so no caller imports an engine's models.
@@ -20,12 +22,17 @@ DENSE = "dense"
 SPARSE = "bm25"
 POINT_NAMESPACE = uuid.UUID("6f1c7d1e-2b8a-5d0c-9a57-3f1b0e7d4c21")
 FIELD_TYPES = ("keyword", "integer", "float", "bool", "datetime", "text")
-INTERNAL_INDEXES = {"doc_id": "keyword", "source": "keyword", "content_hash": "keyword"}
+TENANT = "tenant"
+"""Internal payload field: ``field=value`` of the tenant that wrote the chunk; absent for untenanted writes."""
+INTERNAL_INDEXES = {"doc_id": "keyword", "source": "keyword", "content_hash": "keyword", TENANT: "keyword"}
 """Payload indexes every collection gets, so replacing or deleting a document is not a scan."""
 
 
-def point_id(collection: str, doc_id: str, chunk_index: int) -> str:
-    return str(uuid.uuid5(POINT_NAMESPACE, f"{collection}\x1f{doc_id}\x1f{chunk_index}"))
+def point_id(collection: str, doc_id: str, chunk_index: int, tenant: str | None = None) -> str:
+    name = f"{collection}\x1f{doc_id}\x1f{chunk_index}"
+    if tenant is not None:  # untenanted ids stay what they always were
+        name = f"{collection}\x1f{tenant}\x1e{doc_id}\x1f{chunk_index}"
+    return str(uuid.uuid5(POINT_NAMESPACE, name))
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,8 @@ class Chunk:
     source: str | None = None
     location: dict[str, Any] | None = None
     """Where the chunk sits in its document: char/byte offsets, pages, headings (for citations)."""
+    tenant: str | None = None
+    """``field=value`` of the tenant whose chunk this is (its metadata carries the same field and value)."""
 
     def payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -59,7 +68,12 @@ class Chunk:
             payload["source"] = self.source
         if self.location:
             payload["location"] = self.location
+        if self.tenant is not None:
+            payload[TENANT] = self.tenant
         return payload
+
+    def id_in(self, collection: str) -> str:
+        return point_id(collection, self.doc_id, self.chunk_index, self.tenant)
 
 
 @dataclass(frozen=True)
@@ -168,7 +182,14 @@ class Range:
     lte: float | None = None
 
 
-Condition = Union[Match, MatchAny, Range, "Filter"]  # noqa: UP007 - a forward reference
+@dataclass(frozen=True)
+class IsEmpty:
+    """The payload field is missing, null or an empty list."""
+
+    key: str
+
+
+Condition = Union[Match, MatchAny, Range, IsEmpty, "Filter"]  # noqa: UP007 - a forward reference
 
 
 @dataclass(frozen=True)
@@ -181,6 +202,13 @@ class Filter:
 
     def and_(self, other: Filter | None) -> Filter:
         return self if other is None else Filter(must=(self, other))
+
+
+def both(a: Filter | None, b: Filter | None) -> Filter | None:
+    """Points matching ``a`` and ``b``; either may be None (no condition)."""
+    if a is None or b is None:
+        return a or b
+    return a.and_(b)
 
 
 def stale_versions(hashes: dict[str, str]) -> Filter:

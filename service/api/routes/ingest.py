@@ -13,13 +13,15 @@ from fastapi import APIRouter, Request, status
 from pydantic import ValidationError
 from starlette.datastructures import FormData, UploadFile
 
+from indexer.queue import Job
 from indexer.sources import under_root
 from indexer.spec import IngestOptions, IngestSpec, PathSource, UploadSource, UrlSource
-from service.api.deps import ApiKey, ServicesDep
+from service.api.deps import ApiKey, PrincipalDep, ServicesDep
 from service.api.routes.collections import CollectionName
 from service.api.schemas.errors import ERROR_RESPONSES
 from service.api.schemas.jobs import IngestRequest, JobList, JobOut
 from service.api.state import Services
+from service.auth.principal import Principal
 from service.errors import BadRequest, Forbidden, InvalidInput, NotFound, PayloadTooLarge
 
 router = APIRouter(tags=["ingest"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
@@ -38,7 +40,8 @@ MULTIPART_DOC = {
 
 @router.post("/v1/collections/{name}/ingest", status_code=status.HTTP_202_ACCEPTED, openapi_extra=MULTIPART_DOC,
              summary="Submit an ingest job; answers at once with its id")
-async def ingest(request: Request, services: ServicesDep, name: str = CollectionName) -> JobOut:
+async def ingest(request: Request, services: ServicesDep, principal: PrincipalDep,
+                 name: str = CollectionName) -> JobOut:
     await services.store.describe(name)  # 404 before anything is stored
     job_id = uuid.uuid4().hex
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
@@ -48,29 +51,37 @@ async def ingest(request: Request, services: ServicesDep, name: str = Collection
         if isinstance(spec.source, UrlSource):
             for url in spec.source.urls:  # refuse what the worker would refuse, before queueing anything
                 await services.fetcher.check(url)
+    spec.tenant, spec.submitted_by = principal.tenant, principal.id
     job = await services.jobs.submit(name, spec.model_dump(mode="json"), job_id=job_id)
     return JobOut.of(job)
 
 
-@router.get("/v1/jobs", summary="Recent jobs")
-async def list_jobs(services: ServicesDep, limit: int = 50) -> JobList:
-    return JobList(jobs=[JobOut.of(j) for j in await services.jobs.list(limit=min(max(limit, 1), 500))])
+@router.get("/v1/jobs", summary="Recent jobs (admin keys: all of their collections'; write keys: their own)")
+async def list_jobs(services: ServicesDep, principal: PrincipalDep, limit: int = 50) -> JobList:
+    jobs = await services.jobs.list(limit=min(max(limit, 1), 500))
+    return JobList(jobs=[JobOut.of(j) for j in jobs if principal.may_see_job(j.collection, j.spec)])
 
 
 @router.get("/v1/jobs/{job_id}", summary="A job's state, counts, errors and progress")
-async def get_job(job_id: str, services: ServicesDep) -> JobOut:
-    job = await services.jobs.get(job_id)
-    if job is None:
-        raise NotFound(f"job {job_id!r} does not exist", code="job_not_found", param="job_id")
-    return JobOut.of(job)
+async def get_job(job_id: str, services: ServicesDep, principal: PrincipalDep) -> JobOut:
+    return JobOut.of(await _visible_job(job_id, services, principal))
 
 
 @router.delete("/v1/jobs/{job_id}", status_code=status.HTTP_202_ACCEPTED, summary="Cancel a job")
-async def cancel_job(job_id: str, services: ServicesDep) -> JobOut:
+async def cancel_job(job_id: str, services: ServicesDep, principal: PrincipalDep) -> JobOut:
+    await _visible_job(job_id, services, principal)
     job = await services.jobs.cancel(job_id)
     if job is None:
         raise NotFound(f"job {job_id!r} does not exist", code="job_not_found", param="job_id")
     return JobOut.of(job)
+
+
+async def _visible_job(job_id: str, services: Services, principal: Principal) -> Job:
+    """The job, when this key may see it; another key's job is as absent as one that never existed."""
+    job = await services.jobs.get(job_id)
+    if job is None or not principal.may_see_job(job.collection, job.spec):
+        raise NotFound(f"job {job_id!r} does not exist", code="job_not_found", param="job_id")
+    return job
 
 
 async def _json_body(request: Request) -> Any:
