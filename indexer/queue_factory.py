@@ -13,4 +13,4 @@ async def open_queue(settings: Settings) -> JobQueue:
         from indexer.queue_postgres import PostgresJobQueue
 
         return await PostgresJobQueue.open(cfg.queue_url.get_secret_value(), pool_size=cfg.queue_pool_size)
-    return SqliteJobQueue(settings.job_db_path, settings.uploads_dir)
+    return SqliteJobQueue(settings.job_db_path)  # uploads beside it: settings.uploads_dir

@@ -316,7 +316,8 @@ class Settings(BaseSettings):
 
     @property
     def uploads_dir(self) -> Path:
-        return self.data_dir / "uploads"
+        """Where the SQLite queue keeps uploads: beside its file, so every process sharing the file finds them."""
+        return self.job_db_path.parent / "uploads"
 
 
 @lru_cache
