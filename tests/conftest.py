@@ -1,6 +1,7 @@
 """Session fixtures: tiny Qwen3 checkpoints built at test time, and three real vLLM runners
 (tiny Qwen3 embedding, tiny Qwen3 reranker, all-MiniLM-L6-v2) started once, together, per session.
-A fourth, the tiny Qwen3-VL generation runner, starts only when a test first asks for it (``vl_runner``)."""
+A fourth, the tiny Qwen3-VL generation runner, starts only when a test first asks for it (``vl_runner``);
+so does a throwaway PostgreSQL cluster (``postgres``) for the PostgreSQL job queue."""
 
 from __future__ import annotations
 
