@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -122,19 +123,30 @@ def summary(job: dict[str, Any]) -> str:
 
 
 def run_worker() -> None:
+    """``ragserve worker``: claim and run jobs until SIGTERM or SIGINT, which hand the running job back to
+    the queue (``JobQueue.release``) so another worker resumes it at once."""
+    import logging
+    import signal
+
     from indexer.worker import Worker
     from service.api.app import build_services
     from service.api.metrics import Metrics
     from service.config import Settings
 
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings()
 
     async def main() -> None:
         services = await build_services(settings, Metrics())
-        stop = asyncio.Event()
         try:
             worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher)
-            await worker.run_forever(stop)
+            task = asyncio.create_task(worker.run_forever(asyncio.Event()))
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, task.cancel)
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         finally:
             await services.aclose()
 

@@ -38,13 +38,14 @@ class UrlSource(BaseModel):
 
 
 class UploadSource(BaseModel):
-    """Files uploaded with the request; the API stores them under the data dir until the job is done."""
+    """Files uploaded with the request, stored with the job in its queue (``JobQueue.read_upload``) until
+    the job ends."""
 
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["upload"] = "upload"
-    dir: str
     files: list[str]
+    dir: str | None = Field(None, description="Unused: where jobs queued by earlier versions kept their files.")
 
 
 Source = Annotated[PathSource | UrlSource | UploadSource, Field(discriminator="kind")]

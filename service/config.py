@@ -244,6 +244,21 @@ class IndexerSettings(BaseModel):
     job_db: Path | None = Field(None, description="SQLite job queue (default: <data_dir>/jobs.sqlite3).")
     lease_s: float = Field(60.0, description="A running job whose worker stops heartbeating is taken over after this.")
     poll_s: float = Field(0.5, description="How often an idle worker looks for jobs.")
+    max_attempts: int = Field(
+        3, ge=1, description="Runs whose lease ran out (worker died or stalled) before a job ends failed."
+    )
+    queue_url: SecretStr | None = Field(
+        None, description="PostgreSQL job queue, postgresql://user:password@host:5432/db, shared by API and workers "
+        "on any number of machines. Unset: the SQLite queue at job_db.",
+    )
+    queue_pool_size: int = Field(4, ge=1, description="PostgreSQL queue: connections per process.")
+
+    @field_validator("queue_url")
+    @classmethod
+    def _postgres_url(cls, url: SecretStr | None) -> SecretStr | None:
+        if url is not None and not url.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ValueError("queue_url must be a postgresql:// URL")
+        return url
 
 
 class IngestSettings(BaseModel):
@@ -340,7 +355,8 @@ class Settings(BaseSettings):
 
     @property
     def uploads_dir(self) -> Path:
-        return self.data_dir / "uploads"
+        """Where the SQLite queue keeps uploads: beside its file, so every process sharing the file finds them."""
+        return self.job_db_path.parent / "uploads"
 
 
 class UnknownSetting(ValueError):

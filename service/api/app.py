@@ -11,7 +11,7 @@ import httpx
 from fastapi import FastAPI
 from qdrant_client import AsyncQdrantClient
 
-from indexer.queue_sqlite import SqliteJobQueue
+from indexer.queue_factory import open_queue
 from service import __version__
 from service.api.errors import install_error_handlers
 from service.api.limits import BodySizeLimit
@@ -81,7 +81,12 @@ async def build_services(
             instruction=settings.rerank_instruction,
             truncate_tokens=_window(profile.reranker.max_tokens, settings),
         )
-    store = await open_store(settings, client=store_client)
+    jobs = await open_queue(settings)
+    try:
+        store = await open_store(settings, client=store_client)
+    except BaseException:
+        await jobs.close()
+        raise
     ss = settings.search
     search_service = SearchService(
         store, embedder, reranker, max_rerank_candidates=settings.limits.max_rerank_candidates,
@@ -91,7 +96,6 @@ async def build_services(
     writer = DocumentWriter(store, embedder, settings.limits)
     fetcher = SafeFetcher.from_settings(settings.fetch, resolver=resolver, acquire_timeout_s=up.acquire_timeout_s)
     media = MediaService(settings.media, fetcher)
-    jobs = SqliteJobQueue(settings.job_db_path)
     services = Services(
         settings, profile, store, embedder, reranker, search_service, writer, metrics, jobs, fetcher, media
     )

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import shutil
 import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -13,7 +11,7 @@ from fastapi import APIRouter, Request, status
 from pydantic import ValidationError
 from starlette.datastructures import FormData, UploadFile
 
-from indexer.queue import Job
+from indexer.queue import Job, Upload
 from indexer.sources import under_root
 from indexer.spec import IngestOptions, IngestSpec, PathSource, UploadSource, UrlSource
 from service.api.deps import ApiKey, PrincipalDep, ServicesDep
@@ -45,12 +43,16 @@ async def ingest(request: Request, services: ServicesDep, principal: PrincipalDe
     await services.store.describe(name)  # 404 before anything is stored
     job_id = uuid.uuid4().hex
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        spec = await _uploads(request, services, job_id)
-    else:
-        spec = _json_spec(await _json_body(request), services)
-        if isinstance(spec.source, UrlSource):
-            for url in spec.source.urls:  # refuse what the worker would refuse, before queueing anything
-                await services.fetcher.check(url)
+        limits = services.settings.limits
+        async with request.form(max_files=limits.max_upload_files, max_fields=16) as form:
+            spec, uploads = _upload_spec(form, services)
+            spec.tenant, spec.submitted_by = principal.tenant, principal.id
+            job = await services.jobs.submit(name, spec.model_dump(mode="json"), job_id=job_id, uploads=uploads)
+        return JobOut.of(job)
+    spec = _json_spec(await _json_body(request), services)
+    if isinstance(spec.source, UrlSource):
+        for url in spec.source.urls:  # refuse what the worker would refuse, before queueing anything
+            await services.fetcher.check(url)
     spec.tenant, spec.submitted_by = principal.tenant, principal.id
     job = await services.jobs.submit(name, spec.model_dump(mode="json"), job_id=job_id)
     return JobOut.of(job)
@@ -110,16 +112,6 @@ def _json_spec(body: Any, services: Services) -> IngestSpec:
     return IngestSpec(**req.model_dump(exclude={"source"}), source=req.source)
 
 
-def _save(files: list[UploadFile], names: list[str], target: Path) -> None:
-    """Copy the spooled uploads under ``target`` (in a thread: it is disk I/O)."""
-    for f, rel in zip(files, names, strict=True):
-        path = target / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        f.file.seek(0)
-        with open(path, "wb") as out:
-            shutil.copyfileobj(f.file, out, length=1 << 20)
-
-
 def _safe_name(filename: str) -> str:
     name = PurePosixPath(filename.replace("\\", "/").lstrip("/"))
     if not filename or "\x00" in filename or any(p in ("..", "") for p in name.parts) or not name.parts:
@@ -127,13 +119,8 @@ def _safe_name(filename: str) -> str:
     return name.as_posix()
 
 
-async def _uploads(request: Request, services: Services, job_id: str) -> IngestSpec:
-    limits = services.settings.limits
-    async with request.form(max_files=limits.max_upload_files, max_fields=16) as form:
-        return await _store_uploads(form, services, job_id)
-
-
-async def _store_uploads(form: FormData, services: Services, job_id: str) -> IngestSpec:
+def _upload_spec(form: FormData, services: Services) -> tuple[IngestSpec, list[Upload]]:
+    """The job's spec and its files (spooled by the form parser; the queue stores them with the job)."""
     ingest = services.settings.ingest
     try:
         options = IngestOptions.model_validate_json(str(form.get("options") or "{}"))
@@ -149,10 +136,5 @@ async def _store_uploads(form: FormData, services: Services, job_id: str) -> Ing
         if f.size is not None and f.size > ingest.max_file_bytes:
             raise PayloadTooLarge(f"{f.filename}: over {ingest.max_file_bytes} bytes", code="file_too_large",
                                   param="files")
-    target = services.settings.uploads_dir / job_id
-    try:
-        await asyncio.to_thread(_save, files, names, target)
-    except OSError:
-        shutil.rmtree(target, ignore_errors=True)
-        raise
-    return IngestSpec(**options.model_dump(), source=UploadSource(dir=str(target), files=names))
+    spec = IngestSpec(**options.model_dump(), source=UploadSource(files=names))
+    return spec, [(n, f.file) for n, f in zip(names, files, strict=True)]
