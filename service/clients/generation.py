@@ -38,7 +38,8 @@ class GenerationClient:
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """A whole (non-streamed) chat completion. Not retried: a generation is not idempotent work."""
-        payload = await self.runner.post_json("/v1/chat/completions", {**body, "stream": False}, idempotent=False)
+        payload = await self.runner.post_json("/v1/chat/completions", {**body, "stream": False}, lane="query",
+                                              idempotent=False)
         if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list) or not payload["choices"]:
             raise UpstreamError(self.runner.name, "chat completion has an unexpected shape")
         return payload

@@ -106,8 +106,8 @@ class DocumentWriter:
                     code="dimension_mismatch",
                 ) from exc
             t = time.perf_counter()
-            embedded = await self.embedder.embed_documents(
-                [documents[i].text for i in to_embed], dimensions=info.dimensions
+            embedded = await self.embedder.embed_documents(  # the bulk lane: never in a query's way
+                [documents[i].text for i in to_embed], dimensions=info.dimensions, lane="bulk"
             )
             timings["embed"] = round((time.perf_counter() - t) * 1000, 3)
             for i, vector in zip(to_embed, embedded, strict=True):
