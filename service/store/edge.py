@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 import numpy as np
 import qdrant_edge as qe
 
+from service.deadline import Deadline
 from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore, check_vectors
 from service.store.errors import (
@@ -161,14 +162,16 @@ class EdgeStore(VectorStore):
         return coll
 
     async def _run(self, name: str | None, fn: Callable[[], T]) -> T:
-        """One engine call in the pool, bounded and timed, its errors translated."""
+        """One engine call in the pool, bounded, within one deadline (slot wait included), its errors
+        translated: a full disk is :class:`StoreFull` (507), the rest :class:`StoreError` (503)."""
+        deadline = Deadline(self._timeout_s)
         try:
-            await asyncio.wait_for(self._slots.acquire(), self._timeout_s)
+            await asyncio.wait_for(self._slots.acquire(), deadline.remaining())
         except asyncio.TimeoutError as exc:
             raise StoreTimeout(f"the embedded store is saturated (no slot within {self._timeout_s:g}s)") from exc
         try:
             future = asyncio.get_running_loop().run_in_executor(self._pool, fn)
-            return await asyncio.wait_for(future, self._timeout_s)
+            return await asyncio.wait_for(future, deadline.remaining())
         except asyncio.TimeoutError as exc:
             raise StoreTimeout(f"the embedded store did not answer within {self._timeout_s:g}s") from exc
         except (StoreError, CollectionNotFound):

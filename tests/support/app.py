@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 import httpx
+from qdrant_client import AsyncQdrantClient
 
 from service.api.app import create_app
 from service.config import Settings
@@ -22,8 +23,10 @@ async def app_client(
     api_key: str | None = API_KEY,
     with_worker: bool = False,
     resolver: Resolver | None = None,
+    store_client: AsyncQdrantClient | None = None,
 ) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings, transports=transports, with_worker=with_worker, resolver=resolver)
+    app = create_app(settings, transports=transports, with_worker=with_worker, resolver=resolver,
+                     store_client=store_client)
     async with app.router.lifespan_context(app) as state:
 
         async def asgi(scope, receive, send):  # type: ignore[no-untyped-def]
