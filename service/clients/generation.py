@@ -57,5 +57,9 @@ class GenerationClient:
         async with self.runner.stream_post("/v1/chat/completions", {**body, "stream": True}) as response:
             yield self.runner.sse_events(response)
 
+    async def check_available(self) -> None:
+        """Raise the runner's 503 (``generation_unavailable``) at once when it is known down."""
+        await self.runner.check_available()
+
     async def health(self) -> bool:
         return await self.runner.health()

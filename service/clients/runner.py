@@ -226,6 +226,11 @@ class RunnerClient:
             await asyncio.sleep(self._delay(attempt, retry_after))
             attempt += 1
 
+    async def check_available(self) -> None:
+        """Raise :class:`UpstreamUnavailable` now when the runner is known down (and a due probe agrees): a
+        caller with work to do before its request (retrieval before generation) need not do it in vain."""
+        await self._admit("query", Deadline(self._connect_timeout_s))
+
     async def _admit(self, lane: Lane, deadline: Deadline) -> None:
         """Go ahead unless the runner is known down: then a query fails now, a bulk call waits its deadline."""
         if lane == "bulk":
