@@ -93,10 +93,7 @@ class RunnerClient:
             response = await self._http.get("/health", timeout=timeout_s)
         except httpx.HTTPError:
             return False
-        if response.status_code == 200:
-            self.breaker.succeeded()
-            return True
-        return False
+        return response.status_code == 200
 
     async def _probe(self, timeout_s: float) -> bool:
         try:
@@ -135,14 +132,19 @@ class RunnerClient:
         async with self.lanes.slot("query", deadline):
             attempt = 0
             while True:
-                await self._admit("query", deadline)
+                trial = await self._admit("query", deadline)
                 connect = min(self._connect_timeout_s, deadline.remaining())
                 request = self._http.build_request(
                     "POST", path, json=body, timeout=httpx.Timeout(timeout_s, connect=connect)
                 )
                 try:
                     response = await asyncio.wait_for(self._http.send(request, stream=True), deadline.remaining())
+                except asyncio.CancelledError:
+                    if trial:
+                        self.breaker.release_trial()
+                    raise
                 except (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as exc:
+                    self.breaker.failed(connection=False)
                     raise UpstreamTimeout(self.name, f"no answer within {timeout_s:g}s") from exc
                 except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                     self.breaker.failed()
@@ -190,14 +192,19 @@ class RunnerClient:
     ) -> Any:
         attempt = 0
         while True:
-            await self._admit(lane, deadline)
+            trial = await self._admit(lane, deadline)
             retry_after: float | None = None
             try:
                 # The httpx timeouts bound each phase; wait_for bounds the whole attempt by what is left.
                 left = deadline.remaining()
                 timeout = httpx.Timeout(left, connect=min(self._connect_timeout_s, left))
                 response = await asyncio.wait_for(self._http.post(path, json=body, timeout=timeout), left)
+            except asyncio.CancelledError:
+                if trial:
+                    self.breaker.release_trial()
+                raise
             except (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as exc:
+                self.breaker.failed(connection=False)
                 raise UpstreamTimeout(self.name, f"no answer within {deadline.timeout_s:g}s") from exc
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent: safe to send again
                 self.breaker.failed()
@@ -229,16 +236,21 @@ class RunnerClient:
     async def check_available(self) -> None:
         """Raise :class:`UpstreamUnavailable` now when the runner is known down (and a due probe agrees): a
         caller with work to do before its request (retrieval before generation) need not do it in vain."""
-        await self._admit("query", Deadline(self._connect_timeout_s))
+        if await self.breaker.known_down(Deadline(self._connect_timeout_s)):
+            raise self._unavailable("runner is down (its /health does not answer)")
 
-    async def _admit(self, lane: Lane, deadline: Deadline) -> None:
-        """Go ahead unless the runner is known down: then a query fails now, a bulk call waits its deadline."""
+    async def _admit(self, lane: Lane, deadline: Deadline) -> bool:
+        """Go ahead unless the runner is known down: then a query fails now, a bulk call waits its deadline.
+        True when this attempt is the breaker's half-open trial."""
         if lane == "bulk":
             admitted = await self.breaker.wait_admitted(deadline)
         else:
             admitted = await self.breaker.admit(deadline)
         if not admitted:
-            raise self._unavailable("runner is down (its /health does not answer)")
+            state = self.breaker.state
+            why = "its /health does not answer" if state == "open" else "coming back: one request at a time tries it"
+            raise self._unavailable(f"runner is down ({why})")
+        return self.breaker.state == "half_open"
 
     def _may_retry(self, lane: Lane, attempt: int, deadline: Deadline, retry_after: float | None, *,
                    connection: bool = True) -> bool:

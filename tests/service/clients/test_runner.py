@@ -290,3 +290,66 @@ async def test_full_query_slots_answer_429_while_bulk_has_its_own() -> None:
     release.set()
     await asyncio.gather(held, bulk)
     await client.aclose()
+
+
+async def test_a_runner_coming_back_is_tried_by_one_request_at_a_time() -> None:
+    """Its /health answers but its first request is slow: one query tries it (and times out: 504), the
+    others are told 503 meanwhile; the next trial's answer lets every query through again."""
+    state = {"up": False, "slow": True}
+    sent: list[float] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if not state["up"]:
+            raise httpx.ConnectError("connection refused", request=request)
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        sent.append(time.monotonic())
+        if state["slow"]:
+            await asyncio.sleep(5)
+        return httpx.Response(200, json={"ok": True})
+
+    client = _client(handler, retries=0, breaker_threshold=1, probe_interval_s=0.2)
+    with pytest.raises(UpstreamUnavailable):
+        await client.post_json("/x", {})
+    assert client.breaker.state == "open"
+    state["up"] = True
+    await asyncio.sleep(0.25)
+    trial = asyncio.create_task(client.post_json("/x", {}, timeout_s=0.5))
+    await asyncio.sleep(0.05)
+    assert client.breaker.state == "half_open"
+    with pytest.raises(UpstreamUnavailable, match="one request at a time"):
+        await client.post_json("/x", {})
+    with pytest.raises(UpstreamTimeout):
+        await trial
+    assert client.breaker.state == "open" and len(sent) == 1
+    state["slow"] = False
+    await asyncio.sleep(0.25)
+    assert await client.post_json("/x", {}) == {"ok": True}
+    assert client.breaker.state == "closed"
+    assert await asyncio.gather(*(client.post_json("/x", {}) for _ in range(3))) == [{"ok": True}] * 3
+    await client.aclose()
+
+
+async def test_a_cancelled_trial_lets_the_next_request_try() -> None:
+    up = {"v": False}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if not up["v"]:
+            raise httpx.ConnectError("connection refused", request=request)
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        await asyncio.sleep(0.3)
+        return httpx.Response(200, json={"ok": True})
+
+    client = _client(handler, retries=0, breaker_threshold=1, probe_interval_s=0.1)
+    with pytest.raises(UpstreamUnavailable):
+        await client.post_json("/x", {})
+    up["v"] = True
+    await asyncio.sleep(0.15)
+    trial = asyncio.create_task(client.post_json("/x", {}))
+    await asyncio.sleep(0.05)
+    trial.cancel()  # the client went away mid-trial
+    with pytest.raises(asyncio.CancelledError):
+        await trial
+    assert await client.post_json("/x", {}) == {"ok": True}
+    await client.aclose()
