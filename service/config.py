@@ -198,6 +198,10 @@ class QdrantSettings(BaseModel):
         128, ge=1, description="Embedded store: points per engine write (each holds the GIL; kept short)."
     )
     hnsw_ef: int = Field(256, ge=1, description="HNSW search breadth, used once `ragserve optimize` built HNSW.")
+    edge_min_free_mb: int = Field(
+        64, ge=0, description="Embedded store: free space kept on the data disk; a write that would go below it is "
+        "refused with 507 store_full (the engine's memory-mapped files would crash the process on a full disk).",
+    )
     shard_number: int | None = Field(None, description="Shards per new collection (server; default: Qdrant's).")
     replication_factor: int | None = Field(None, description="Copies of each shard (a Qdrant cluster).")
     write_consistency_factor: int | None = Field(None, description="Replicas that must ack a write.")
