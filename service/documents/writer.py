@@ -94,6 +94,7 @@ class DocumentWriter:
     async def write(self, collection: str, documents: Sequence[NewDocument]) -> WriteResult:
         info = await self.store.describe(collection)
         self.validate(documents, info.dimensions)
+        self.store.check_writable()  # a full data disk: 507 before any embedding is spent
         timings: dict[str, float] = {}
         to_embed = [i for i, d in enumerate(documents) if d.vector is None]
         vectors: list[list[float] | None] = [d.vector for d in documents]

@@ -41,6 +41,7 @@ import re
 import shutil
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -149,11 +150,20 @@ class EdgeStore(VectorStore):
             self._collections[folder.name] = _Collection(info, shard, folder)
 
     async def aclose(self) -> None:
+        """Flush and close every shard; on a disk below its reserve, close without flushing (the WAL holds
+        every acknowledged write and replays it on the next load)."""
+        loop = asyncio.get_running_loop()
         for name in list(self._collections):
             coll = self._collections.pop(name)
             async with coll.write_lock:
                 coll.closed = True
-                await asyncio.get_running_loop().run_in_executor(self._pool, _flush_and_close, coll.shard)
+                try:
+                    self.check_space(0)
+                    await loop.run_in_executor(self._pool, _flush_and_close, coll.shard)
+                except Exception as exc:  # noqa: BLE001 - a close must release the shard whatever happened
+                    log.warning("closing %s without a flush: %s", name, getattr(exc, "message", str(exc))[:300])
+                    with suppress(Exception):
+                        await loop.run_in_executor(self._pool, coll.shard.close)
         self._pool.shutdown(wait=True)
         if self._lock_file is not None:
             self._lock_file.close()
@@ -176,6 +186,9 @@ class EdgeStore(VectorStore):
         return self._lock_file is not None
 
     # --- engine calls ----------------------------------------------------------------------------------
+
+    def check_writable(self, need_bytes: int = 0) -> None:
+        self.check_space(need_bytes)
 
     def check_space(self, need_bytes: int) -> None:
         """:class:`StoreFull` unless the data disk has ``min_free_bytes`` + ``need_bytes`` free (see the module
