@@ -316,7 +316,8 @@ class Pipeline:
                 budget = 0
             groups[-1].append(text)
             budget += n
-        results = await asyncio.gather(*(self.embedder.embed_batch(g, dimensions=dims) for g in groups))
+        # The bulk lane: a few requests in flight per runner, so searches never wait behind the job.
+        results = await asyncio.gather(*(self.embedder.embed_batch(g, dimensions=dims, lane="bulk") for g in groups))
         return [v for r in results for v in r]
 
     @staticmethod

@@ -64,11 +64,27 @@ class Worker:
         return read
 
     async def run_forever(self, stop: asyncio.Event) -> None:
+        """Poll and run jobs until ``stop``. A queue that fails (its disk is full, its file is locked) is
+        logged and tried again with backoff: the worker outlives the fault instead of dying with it."""
         log.info("worker %s polling %s", self.id, type(self.queue).__name__)
+        poll_s = self.settings.indexer.poll_s
+        failures = 0
         while not stop.is_set():
-            if not await self.run_once():
+            wait_s = poll_s
+            try:
+                busy = await self.run_once()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - e.g. sqlite3.OperationalError on a full disk
+                failures += 1
+                wait_s = min(poll_s * 2**failures, 30.0)
+                log.error("worker %s: the job queue failed (%s: %s); trying again in %.1fs", self.id,
+                          type(exc).__name__, exc, wait_s)
+                busy = False
+            if not busy:
                 with suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.settings.indexer.poll_s)
+                    await asyncio.wait_for(stop.wait(), wait_s)
 
     async def run_once(self) -> bool:
         """Claim and run one job; False when there was none."""

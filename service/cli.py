@@ -42,7 +42,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         print(f"Generated API key (development only): {key}", flush=True)
     if args.with_runners:
         with running(runner_specs(settings), log_dir=settings.data_dir / "logs",
-                     timeout_s=settings.runners.startup_timeout_s):
+                     timeout_s=settings.runners.startup_timeout_s, supervise=True):
             serve(settings, with_worker=args.with_worker)
     else:
         serve(settings, with_worker=args.with_worker)
@@ -165,10 +165,11 @@ def cmd_runners_up(args: argparse.Namespace) -> None:
             print(shlex.join(["env", *env, *s.command()] if env else s.command()))
         return
     print(f"starting {len(specs)} runner(s) for profile '{settings.profile}'...", flush=True)
-    with running(specs, log_dir=settings.data_dir / "logs", timeout_s=settings.runners.startup_timeout_s) as procs:
+    with running(specs, log_dir=settings.data_dir / "logs", timeout_s=settings.runners.startup_timeout_s,
+                 supervise=True) as procs:
         for p in procs:
             print(f"  {p.spec.name}: {p.spec.url}  model={p.spec.served_name}  log={p.log_path}", flush=True)
-        print("runners healthy; Ctrl-C stops them.", flush=True)
+        print("runners healthy (a runner that exits is restarted, with backoff); Ctrl-C stops them.", flush=True)
         signal.pause()
 
 
@@ -244,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run the query API")
     common(p)
-    p.add_argument("--with-runners", action="store_true", help="also start the vLLM runners")
+    p.add_argument("--with-runners", action="store_true",
+                   help="also start the vLLM runners (and restart one that exits, with backoff)")
     p.add_argument("--with-worker", action="store_true",
                    help="also run the indexing worker in this process (needed with the embedded store)")
     p.set_defaults(func=cmd_serve)

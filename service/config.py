@@ -71,10 +71,21 @@ class UpstreamSettings(BaseModel):
         300.0, description="Read timeout for a batch of documents (waits behind other batches in the runner)."
     )
     rerank_timeout_s: float = Field(30.0, description="Per-request read timeout toward the reranker.")
-    max_concurrency: int = Field(16, description="Requests in flight per runner; more wait, bounded.")
-    acquire_timeout_s: float = Field(5.0, description="Waiting longer than this for a slot answers 429.")
+    max_concurrency: int = Field(16, description="Query requests in flight per runner; more wait, bounded.")
+    acquire_timeout_s: float = Field(5.0, description="A query waiting longer than this for a slot answers 429.")
+    bulk_max_inflight: int = Field(
+        2, ge=1, description="Bulk (indexing, documents) requests in flight per runner and process, in a lane of "
+        "their own: vLLM serves first come first served, so a query waits behind at most this many batches.",
+    )
     retries: int = Field(2, description="Retries for idempotent calls on 429/5xx/connection errors.")
-    backoff_s: float = Field(0.2, description="First backoff; doubles each retry, with jitter.")
+    backoff_s: float = Field(0.2, description="First backoff; doubles each retry (up to 2 s), with jitter.")
+    breaker_threshold: int = Field(
+        3, ge=1, description="Connection failures in a row after which a runner is taken as down: queries then "
+        "answer 503 at once until its /health answers again.",
+    )
+    probe_interval_s: float = Field(1.0, description="How often /health is probed while a runner is down.")
+    probe_timeout_s: float = Field(1.0, description="Timeout of one such probe.")
+    unavailable_retry_after_s: float = Field(5.0, description="Retry-After of a 503 for a runner that is down.")
     embed_batch_size: int = Field(64, description="Texts per /v1/embeddings request when upserting.")
 
 
@@ -199,6 +210,10 @@ class QdrantSettings(BaseModel):
         128, ge=1, description="Embedded store: points per engine write (each holds the GIL; kept short)."
     )
     hnsw_ef: int = Field(256, ge=1, description="HNSW search breadth, used once `ragserve optimize` built HNSW.")
+    edge_min_free_mb: int = Field(
+        64, ge=0, description="Embedded store: free space kept on the data disk; a write that would go below it is "
+        "refused with 507 store_full (the engine's memory-mapped files would crash the process on a full disk).",
+    )
     shard_number: int | None = Field(None, description="Shards per new collection (server; default: Qdrant's).")
     replication_factor: int | None = Field(None, description="Copies of each shard (a Qdrant cluster).")
     write_consistency_factor: int | None = Field(None, description="Replicas that must ack a write.")

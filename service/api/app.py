@@ -55,11 +55,15 @@ async def build_services(
     profile = get_profile(settings.profile)
     up = settings.upstream
 
-    def runner(name: str, url: str, timeout_s: float, max_concurrency: int | None = None) -> RunnerClient:
+    def runner(name: str, url: str, timeout_s: float, max_concurrency: int | None = None,
+               unavailable_code: str | None = None) -> RunnerClient:
         return RunnerClient(
             name, url, timeout_s=timeout_s, connect_timeout_s=up.connect_timeout_s,
             max_concurrency=max_concurrency or up.max_concurrency, acquire_timeout_s=up.acquire_timeout_s,
-            retries=up.retries, backoff_s=up.backoff_s, transport=transports.get(name),
+            retries=up.retries, backoff_s=up.backoff_s, bulk_max_inflight=up.bulk_max_inflight,
+            breaker_threshold=up.breaker_threshold, probe_interval_s=up.probe_interval_s,
+            probe_timeout_s=up.probe_timeout_s, unavailable_retry_after_s=up.unavailable_retry_after_s,
+            unavailable_code=unavailable_code, transport=transports.get(name),
         )
 
     if settings.embed_dimensions is not None:
@@ -103,7 +107,8 @@ async def build_services(
     model = resolve_generator(profile, enabled=gs.enabled, model=gs.model)
     if model is not None:
         services.generator = GenerationClient(
-            runner("generate", settings.runners.generate_url, gs.timeout_s, gs.max_concurrency), model,
+            runner("generate", settings.runners.generate_url, gs.timeout_s, gs.max_concurrency,
+                   unavailable_code="generation_unavailable"), model,
             adapters=gs.lora_adapters,
         )
         services.image_queries = ImageQueryWriter(

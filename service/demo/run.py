@@ -45,7 +45,8 @@ def run_demo(settings: Settings, *, collection: str = "sample", query: str = SAM
     key = generated or settings.api_keys[0].get_secret_value()
     specs = runner_specs(settings)
     print(f"starting {len(specs)} vLLM runner(s) for profile '{settings.profile}' (first start: ~1 minute)...")
-    with running(specs, log_dir=Path(settings.data_dir) / "logs", timeout_s=settings.runners.startup_timeout_s):
+    with running(specs, log_dir=Path(settings.data_dir) / "logs", timeout_s=settings.runners.startup_timeout_s,
+                 supervise=True):
         for s in specs:
             print(f"  {s.name} runner: {s.url} ({s.served_name})")
         server = BackgroundServer(settings, with_worker=True)

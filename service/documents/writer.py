@@ -97,6 +97,7 @@ class DocumentWriter:
                     tenant: Tenant | None = None) -> WriteResult:
         info = await self.store.describe(collection)
         self.validate(documents, info.dimensions)
+        self.store.check_writable()  # a full data disk: 507 before any embedding is spent
         if tenant is not None:
             documents = [NewDocument(d.id, d.text, tenant.stamp(d.metadata), d.vector) for d in documents]
             await self.store.ensure_tenant_index(collection, tenant.field)
@@ -112,8 +113,8 @@ class DocumentWriter:
                     code="dimension_mismatch",
                 ) from exc
             t = time.perf_counter()
-            embedded = await self.embedder.embed_documents(
-                [documents[i].text for i in to_embed], dimensions=info.dimensions
+            embedded = await self.embedder.embed_documents(  # the bulk lane: never in a query's way
+                [documents[i].text for i in to_embed], dimensions=info.dimensions, lane="bulk"
             )
             timings["embed"] = round((time.perf_counter() - t) * 1000, 3)
             for i, vector in zip(to_embed, embedded, strict=True):

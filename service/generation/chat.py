@@ -85,6 +85,7 @@ class ChatHandler:
             body["stream_options"] = {"include_usage": True}
         prepared = PreparedChat(body, model)
         if request.ragserve is not None:
+            await self.generator.check_available()  # a generator known down: 503 now, not after retrieval
             await self._ground(request, prepared, last_image, tenant)
         return prepared
 

@@ -55,6 +55,12 @@ class VectorStore(ABC):
     @abstractmethod
     async def ping(self) -> bool: ...
 
+    def check_writable(self, need_bytes: int = 0) -> None:
+        """Raise :class:`~service.store.errors.StoreFull` when a write of about ``need_bytes`` cannot be taken
+        now (the embedded store's data disk is below its reserve), so callers refuse before doing any work.
+        A Qdrant server guards its own disk: there, always writable."""
+        return None
+
     @abstractmethod
     async def create_collection(
         self, name: str, *, dimensions: int, model: str, filter_fields: dict[str, str] | None = None,

@@ -16,12 +16,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
+import httpx
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
+from service.deadline import Deadline
 from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore, check_vectors
-from service.store.errors import CollectionExists, CollectionNotFound, StoreError, StoreTimeout
+from service.store.errors import CollectionExists, CollectionNotFound, StoreError, StoreFull, StoreTimeout
 from service.store.types import (
     DENSE,
     INTERNAL_INDEXES,
@@ -70,24 +72,40 @@ class ServerStore(VectorStore):
         await self.client.close()
 
     async def _call(self, op: Callable[[], Awaitable[T]], collection: str | None = None) -> T:
-        """Run one client call under the concurrency bound and timeout, translating its errors."""
+        """Run one client call under the concurrency bound and one deadline (``timeout_s``), translating its
+        errors; a connection that could not be made is retried inside the deadline (nothing was sent)."""
+        deadline = Deadline(self._timeout_s)
         async with self._slots:
-            try:
-                return await asyncio.wait_for(op(), self._timeout_s)
-            except asyncio.TimeoutError as exc:
-                raise StoreTimeout(f"Qdrant did not answer within {self._timeout_s:g}s") from exc
-            except UnexpectedResponse as exc:
-                if exc.status_code == 404 and collection is not None:
-                    self._described.pop(collection, None)
-                    raise CollectionNotFound(collection) from exc
-                raise StoreError(f"Qdrant answered {exc.status_code}") from exc
-            except ResponseHandlingException as exc:
-                raise StoreError("Qdrant is unreachable") from exc
-            except ValueError as exc:  # local mode: "Collection X not found"
-                if collection is not None and "not found" in str(exc):
-                    self._described.pop(collection, None)
-                    raise CollectionNotFound(collection) from exc
-                raise
+            attempt = 0
+            while True:
+                try:
+                    return await asyncio.wait_for(op(), deadline.remaining())
+                except asyncio.TimeoutError as exc:
+                    raise StoreTimeout(f"Qdrant did not answer within {self._timeout_s:g}s") from exc
+                except UnexpectedResponse as exc:
+                    if exc.status_code == 404 and collection is not None:
+                        self._described.pop(collection, None)
+                        raise CollectionNotFound(collection) from exc
+                    raise _status_error(exc) from exc
+                except ResponseHandlingException as exc:
+                    cause = exc.args[0] if exc.args else None
+                    if isinstance(cause, httpx.ConnectError | httpx.ConnectTimeout):
+                        delay = min(0.1 * 2**attempt, 1.0)
+                        if deadline.allows(delay):
+                            await asyncio.sleep(delay)
+                            attempt += 1
+                            continue
+                        raise StoreError(f"Qdrant is unreachable ({type(cause).__name__})") from exc
+                    if isinstance(cause, httpx.TimeoutException):
+                        raise StoreTimeout(f"Qdrant did not answer within {self._timeout_s:g}s") from exc
+                    if isinstance(cause, httpx.TransportError):
+                        raise StoreError(f"the connection to Qdrant was lost ({type(cause).__name__})") from exc
+                    raise StoreError("Qdrant answered something ragserve cannot read") from exc
+                except ValueError as exc:  # local mode: "Collection X not found"
+                    if collection is not None and "not found" in str(exc):
+                        self._described.pop(collection, None)
+                        raise CollectionNotFound(collection) from exc
+                    raise
 
     async def ping(self) -> bool:
         try:
@@ -262,6 +280,17 @@ class ServerStore(VectorStore):
         await self._call(lambda: self.client.update_vectors(name, points=points, wait=True), name)
 
 
+def _status_error(exc: UnexpectedResponse) -> StoreError:
+    """A Qdrant error status as a store error: a full disk (Qdrant answers 500 "No space left on device")
+    is :class:`StoreFull` (507), everything else :class:`StoreError` (503)."""
+    content = exc.content.decode("utf-8", "replace") if isinstance(exc.content, bytes) else str(exc.content)
+    if exc.status_code == 507 or "No space left on device" in content or "out of disk" in content.lower():
+        return StoreFull(f"Qdrant cannot write: its disk is full (answered {exc.status_code})")
+    if exc.status_code == 504:
+        return StoreTimeout("Qdrant answered 504 (its own timeout)")
+    return StoreError(f"Qdrant answered {exc.status_code}")
+
+
 def _sparse(v: SparseVector) -> models.SparseVector:
     return models.SparseVector(indices=list(v.indices), values=list(v.values))
 
@@ -293,5 +322,8 @@ def to_qdrant(flt: Filter) -> models.Filter:
     )
 
 
-def open_client(*, url: str | None, api_key: str | None, timeout_s: float) -> AsyncQdrantClient:
-    return AsyncQdrantClient(url=url, api_key=api_key, timeout=int(timeout_s))
+def open_client(*, url: str | None, api_key: str | None, timeout_s: float,
+                transport: httpx.AsyncBaseTransport | None = None) -> AsyncQdrantClient:
+    """``transport`` (tests only) replaces the REST client's network edge, to inject faults."""
+    extra: dict[str, Any] = {"transport": transport, "check_compatibility": False} if transport is not None else {}
+    return AsyncQdrantClient(url=url, api_key=api_key, timeout=max(1, int(timeout_s)), **extra)

@@ -4,10 +4,11 @@ Qdrant's cluster mode. Parsed only; no cluster needed."""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from service.api.readiness import CAPABILITIES, DEFAULT_REQUIRED
 from tests.deploy.manifests import (
     KUBERNETES,
     RUNNER_URL_SETTINGS,
@@ -211,10 +212,19 @@ def test_urls_in_the_config_reach_the_right_pods(setting: str) -> None:
 
 
 def test_ragserve_probes() -> None:
+    """Readiness asks what each pod serves: the read path only search (a generation or reranker outage must
+    not take it out of its Service), the pod with the worker also indexing; every capability named is one
+    that /ready knows (service/api/readiness.py)."""
     for workload in (w for w in workloads() if is_ragserve(w) and not is_worker(w)):
         [container] = pod_spec(workload.body)["containers"]
-        assert container["readinessProbe"]["exec"]["command"][-1] == "/ready", workload.name
-        assert "/opt/ragserve/probe.py" in container["readinessProbe"]["exec"]["command"]
+        command = container["readinessProbe"]["exec"]["command"]
+        assert "/opt/ragserve/probe.py" in command
+        probe = urlparse(command[-1])
+        assert probe.path == "/ready", workload.name
+        required = parse_qs(probe.query).get("require", [",".join(DEFAULT_REQUIRED)])[0].split(",")
+        assert set(required) <= set(CAPABILITIES), workload.name
+        worker = "--with-worker" in container_argv(container)
+        assert required == (["search", "indexing"] if worker else ["search"]), workload.name
         liveness = container["livenessProbe"]["httpGet"]
         assert liveness["path"] == "/health"
         assert container_port(workload.body, liveness["port"]) == int(config_env()["RAGSERVE_PORT"])

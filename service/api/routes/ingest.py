@@ -41,6 +41,7 @@ MULTIPART_DOC = {
 async def ingest(request: Request, services: ServicesDep, principal: PrincipalDep,
                  name: str = CollectionName) -> JobOut:
     await services.store.describe(name)  # 404 before anything is stored
+    services.store.check_writable()  # a full data disk: 507 now, not a job whose every document fails
     job_id = uuid.uuid4().hex
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         limits = services.settings.limits
