@@ -371,7 +371,7 @@ function renderJob(job) {
   const bar = el("progress", { max: "1", "aria-label": `progress of job ${job.id}` });
   if (fraction !== null && fraction !== undefined) bar.value = fraction;
   const p = job.progress;
-  const rate = [p.tokens_per_s ? `${Math.round(p.tokens_per_s)} tokens/s` : "",
+  const rate = [p.tokens_per_s ? `${p.tokens_per_s >= 10 ? Math.round(p.tokens_per_s) : p.tokens_per_s.toFixed(1)} tokens/s` : "",
     p.eta_s ? `ETA ${Math.ceil(p.eta_s)} s` : "", p.elapsed_s ? `${p.elapsed_s.toFixed(1)} s elapsed` : ""].filter(Boolean);
   const counts = el("dl", { class: "counts" }, COUNTS.filter(([k]) => job.counts[k] !== null && job.counts[k] !== undefined)
     .map(([k, label]) => el("div", { dataset: { count: k } }, el("dt", {}, label), el("dd", {}, String(job.counts[k])))));
