@@ -16,7 +16,7 @@ from service import __version__
 from service.api.errors import install_error_handlers
 from service.api.limits import BodySizeLimit
 from service.api.metrics import Metrics, MetricsMiddleware
-from service.api.routes import chat, collections, deletion, health, ingest, passthrough, search
+from service.api.routes import chat, collections, deletion, health, ingest, mcp, passthrough, search
 from service.api.state import Services
 from service.clients.embeddings import EmbeddingClient
 from service.clients.generation import GenerationClient
@@ -154,7 +154,7 @@ def create_app(
     app.state.metrics = metrics
     install_error_handlers(app)
     for router in (health.router, collections.router, deletion.router, ingest.router, search.router, passthrough.router,
-                   chat.router):
+                   chat.router, mcp.router):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes,
                        upload_max_bytes=settings.limits.max_upload_bytes)

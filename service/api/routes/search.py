@@ -25,7 +25,7 @@ router = APIRouter(prefix="/v1", tags=["search"], dependencies=[ApiKey], respons
 @with_cancellation
 async def search(body: SearchRequest, services: ServicesDep, raw_request: Request) -> SearchResponse:
     image = ImageInput(param="image.url", url=body.image.url) if body.image is not None else None
-    return await _search(body, image, services)
+    return await run_search(body, image, services)
 
 
 @router.post(
@@ -51,10 +51,11 @@ async def search_upload(
     data = await image.read(limit + 1)
     if len(data) > limit:
         raise ImageTooLarge(f"the uploaded image is over {limit} bytes", param="image")
-    return await _search(body, ImageInput(param="image", data=data), services)
+    return await run_search(body, ImageInput(param="image", data=data), services)
 
 
-async def _search(body: SearchRequest, image: ImageInput | None, services: Services) -> SearchResponse:
+async def run_search(body: SearchRequest, image: ImageInput | None, services: Services) -> SearchResponse:
+    """A search as the API answers it: shared by both search routes and the MCP search tool."""
     limits = services.settings.limits
     query = (body.query or "").strip()
     if not query and image is None:
