@@ -169,6 +169,7 @@ class ClientBase:
         """Index a file or folder: uploaded from here (read now; ``on_skip(name, why)`` for a file that
         cannot be read), or with ``server_path`` read by the server itself, under its allowed roots.
         The source is named ``path:<absolute path>``, so a re-run with ``prune`` re-syncs it either way."""
+        from indexer.documents import SourceFile
         from indexer.sources import path_files
 
         source = PathSource(path=str(Path(path).resolve()), include=list(include or ["**/*"]),
@@ -184,7 +185,7 @@ class ClientBase:
                                                            timeout_s=timeout_s))
         files: list[tuple[str, bytes]] = []
         for item in path_files(source, max_bytes=1 << 62):  # the server applies its own size limit
-            if hasattr(item, "data"):
+            if isinstance(item, SourceFile):
                 files.append((item.name, item.data))
             elif on_skip is not None:
                 on_skip(item.file, item.error)
@@ -331,9 +332,12 @@ def _chat_body(messages: str | Sequence[Message], collections: Sequence[str] | N
             body[key] = value
     if collections:
         ext: dict[str, Any] = {"collections": list(collections)}
-        for key, value in {"top_k": context_top_k, "rerank": rerank, "filter": filter}.items():
-            if value is not None:
-                ext[key] = dict(value) if key == "filter" else value  # type: ignore[call-overload]
+        if context_top_k is not None:
+            ext["top_k"] = context_top_k
+        if rerank is not None:
+            ext["rerank"] = rerank
+        if filter is not None:
+            ext["filter"] = dict(filter)
         body["ragserve"] = ext
     elif context_top_k is not None or rerank is not None or filter is not None:
         raise ValueError("context_top_k, rerank and filter apply to grounded chat: pass collections")

@@ -65,7 +65,8 @@ def data_url(image: bytes | os.PathLike[str]) -> str:
 def chat_messages(messages: str | Sequence[Message], image: ImageArg | None) -> list[dict[str, Any]]:
     """OpenAI-style messages; a string is one user turn. ``image`` joins the last user turn, first (the
     order ragserve's prompt keeps for prefix caching)."""
-    out = [{"role": "user", "content": messages}] if isinstance(messages, str) else [dict(m) for m in messages]
+    out: list[dict[str, Any]] = (
+        [{"role": "user", "content": messages}] if isinstance(messages, str) else [dict(m) for m in messages])
     if image is None:
         return out
     if not out or out[-1].get("role") != "user":

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from service import __version__
 from service.api.routes.search import run_search
-from service.api.schemas.search import RerankOptions, SearchRequest
+from service.api.schemas.search import SearchRequest
 from service.api.state import Services
 from service.errors import RagserveError
 
@@ -77,8 +77,9 @@ def build_server() -> MCPServer:
         mode: Literal["dense", "sparse", "hybrid"] | None = None, rerank: bool | None = None,
     ) -> SearchOutput:
         try:
-            body = SearchRequest(collection=collection, query=query, top_k=top_k, filter=filter, mode=mode,
-                                 rerank=None if rerank is None else RerankOptions(enabled=rerank))
+            body = SearchRequest.model_validate({
+                "collection": collection, "query": query, "top_k": top_k, "filter": filter, "mode": mode,
+                "rerank": None if rerank is None else {"enabled": rerank}})
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ToolError(f"validation_error: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc

@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from starlette.requests import Request
+from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from service.api.deps import bearer, require_api_key
@@ -60,4 +61,4 @@ class McpEndpoint:
 
 
 router = APIRouter(lifespan=_lifespan)
-router.add_route("/mcp", McpEndpoint(), methods=["GET", "POST", "DELETE"], include_in_schema=False)
+router.routes.append(Route("/mcp", McpEndpoint(), methods=["GET", "POST", "DELETE"], include_in_schema=False))
