@@ -26,6 +26,7 @@ def test_embeddings_and_chat_through_the_openai_client(vl_settings: Settings) ->
     with live_server(vl_settings) as url, Client(url, API_KEY) as rs:
         seed(rs)
         sdk = OpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0, timeout=300)
+        wrong = OpenAI(base_url=f"{url}/v1", api_key="wrong-key-0123456789", max_retries=0)
         embedded = sdk.embeddings.create(model="anything", input=["espresso", "tea"])
         ours = rs.embed(["espresso", "tea"])
         model = sdk.models.list().data[0].id
@@ -34,9 +35,11 @@ def test_embeddings_and_chat_through_the_openai_client(vl_settings: Settings) ->
         whole = sdk.chat.completions.create(**ask)  # type: ignore[call-overload]
         chunks = list(sdk.chat.completions.create(stream=True, **ask))  # type: ignore[call-overload]
         with pytest.raises(openai.AuthenticationError) as bad_key:
-            OpenAI(base_url=f"{url}/v1", api_key="wrong-key-0123456789", max_retries=0).models.list()
+            wrong.models.list()
         with pytest.raises(openai.NotFoundError) as bad_model:
             sdk.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "hi"}])
+        sdk.close()
+        wrong.close()
         env = {**os.environ, "RAGSERVE_URL": url, "RAGSERVE_API_KEY": API_KEY}
         example = subprocess.run([sys.executable, str(EXAMPLE), "kb", "How is espresso made?"], env=env, text=True,
                                  capture_output=True, timeout=300)
@@ -47,8 +50,10 @@ def test_embeddings_and_chat_through_the_openai_client(vl_settings: Settings) ->
     assert text and text == whole.choices[0].message.content  # greedy: the stream says what the whole answer says
     final = chunks[-1]
     assert final.choices == []  # the citations chunk
-    assert final.model_extra["ragserve"] == whole.model_extra["ragserve"]  # type: ignore[index]
-    assert [c["number"] for c in whole.model_extra["ragserve"]["citations"]] == [1, 2]  # type: ignore[index]
+    streamed, answered = final.model_extra["ragserve"], whole.model_extra["ragserve"]  # type: ignore[index]
+    assert streamed["citations"] == answered["citations"]
+    assert [c["number"] for c in answered["citations"]] == [1, 2]
+    assert {**streamed["retrieval"], "timings_ms": None} == {**answered["retrieval"], "timings_ms": None}
     assert bad_key.value.status_code == 401 and bad_key.value.code == "invalid_api_key"
     assert bad_model.value.status_code == 404
     assert example.returncode == 0, example.stderr
