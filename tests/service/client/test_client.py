@@ -129,3 +129,16 @@ def test_embeddings_match_the_runner_route(minilm_settings: Settings) -> None:
     assert len(out.vectors) == 2 and len(out.vectors[0]) == 384
     assert single.vectors[0] == out.vectors[0]
     assert json.dumps(out.usage) == json.dumps(raw["usage"])
+
+
+def test_rerank_is_the_runner_route_typed(qwen3_settings: Settings) -> None:
+    passages = [d.text for d in DOCS]
+    with live_server(qwen3_settings) as url, Client(url, API_KEY) as rs:
+        ranked = rs.rerank("how is espresso made?", passages, top_n=2, instruction="Find the recipe")
+        raw = httpx.post(f"{url}/v1/rerank", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120,
+                         json={"query": "how is espresso made?", "documents": passages, "top_n": 2,
+                               "instruction": "Find the recipe"}).json()
+    assert [(r.index, r.relevance_score, r.text) for r in ranked] == [
+        (r["index"], r["relevance_score"], r["document"]["text"]) for r in raw["results"]]
+    assert len(ranked) == 2 and ranked[0].relevance_score >= ranked[1].relevance_score
+    assert ranked[0].text == passages[ranked[0].index]
