@@ -10,8 +10,12 @@ import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.config import Settings
+
+if TYPE_CHECKING:
+    from service.client import Client
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -56,11 +60,17 @@ def _api(args: argparse.Namespace) -> tuple[str, str]:
     return args.url, key
 
 
+def _client(args: argparse.Namespace) -> Client:
+    from service.client import Client
+
+    url, key = _api(args)
+    return Client(url, key, timeout=600)
+
+
 def cmd_index(args: argparse.Namespace) -> None:
     from indexer import cli as icli
 
-    url, key = _api(args)
-    options = {"prune": args.prune, "chunking": args.chunking}
+    options: dict[str, object] = {"prune": args.prune, "chunking": args.chunking}
     if args.chunk_tokens:
         options["chunk_tokens"] = args.chunk_tokens
     paths = [Path(p) for p in args.paths]
@@ -69,42 +79,55 @@ def cmd_index(args: argparse.Namespace) -> None:
         raise SystemExit(f"no such file or folder: {', '.join(missing)}")
     prefixes = icli.name_prefixes(paths)
     failed = 0
-    with icli._client(url, key) as client:
+    with _client(args) as client:
         for path, prefix in zip(paths, prefixes, strict=True):  # one job per path: each its own source
             job = icli.submit(client, path, args.collection, server_path=args.server_path, options=options,
                               include=args.include or [], exclude=args.exclude or [], name_prefix=prefix)
-            print(f"job {job['id']} submitted for {path}", file=sys.stderr)
+            print(f"job {job.id} submitted for {path}", file=sys.stderr)
             if args.no_wait:
-                print(job["id"])
+                print(job.id)
                 continue
-            job = icli.follow(client, job["id"], quiet=args.quiet)
+            job = icli.follow(client, job.id, quiet=args.quiet)
             print(icli.summary(job))
-            failed += job["state"] != "succeeded"
+            failed += job.state != "succeeded"
     if failed:
         raise SystemExit(1)
 
 
 def cmd_search(args: argparse.Namespace) -> None:
-    from indexer import cli as icli
-
-    url, key = _api(args)
-    body: dict[str, object] = {"collection": args.collection, "query": args.query, "top_k": args.top_k}
-    if args.no_rerank:
-        body["rerank"] = {"enabled": False}
-    with icli._client(url, key) as client:
-        result = icli._check(client.post("/v1/search", json=body))
+    with _client(args) as client:
+        result = client.search(args.collection, args.query, top_k=args.top_k,
+                               rerank=False if args.no_rerank else None)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(result.model_dump_json(indent=2))
         return
-    for hit in result["hits"]:
-        where = hit.get("location") or {}
+    for hit in result.hits:
+        where = hit.location or {}
         extra = f" p.{where['page']}" if "page" in where else ""
         extra += f" slide {where['slide']}" if "slide" in where else ""
         extra += f" rows {where['rows'][0]}-{where['rows'][1]}" if where.get("rows") else ""
         extra += f" § {' > '.join(where['headings'])}" if where.get("headings") else ""
-        print(f"{hit['rank']:>3}. {hit['score']:.4f}  {hit['doc_id']}#{hit['chunk_index']}{extra}")
-        print(f"     {hit['text'][:160].replace(chr(10), ' ')}")
-    print(f"timings (ms): {result['timings_ms']}")
+        print(f"{hit.rank:>3}. {hit.score:.4f}  {hit.doc_id}#{hit.chunk_index}{extra}")
+        print(f"     {hit.text[:160].replace(chr(10), ' ')}")
+    print(f"timings (ms): {result.timings_ms}")
+
+
+def cmd_delete(args: argparse.Namespace) -> None:
+    """Delete the documents matching a filter; with --dry-run, only say which and how many."""
+    try:
+        where = json.loads(args.filter) if args.filter else {}
+    except ValueError as exc:
+        raise SystemExit(f"--filter is not JSON: {exc}") from None
+    if not isinstance(where, dict):
+        raise SystemExit('--filter must be a JSON object, e.g. \'{"tag": "old"}\'')
+    with _client(args) as client:
+        result = client.delete_documents(args.collection, filter=where, all=args.all, dry_run=args.dry_run)
+    verb = "would delete" if result.dry_run else "deleted"
+    print(f"{verb} {result.documents} documents ({result.chunks} chunks) from '{result.collection}'")
+    for doc_id in result.doc_ids:
+        print(f"  {doc_id}")
+    if result.doc_ids_truncated:
+        print(f"  ... and {result.documents - len(result.doc_ids)} more")
 
 
 def cmd_worker(args: argparse.Namespace) -> None:
@@ -281,6 +304,15 @@ def build_parser() -> argparse.ArgumentParser:
     api(p)
     p.set_defaults(func=cmd_search)
 
+    p = sub.add_parser("delete", help="delete every document matching a filter (--dry-run: count them first)")
+    p.add_argument("--collection", required=True)
+    p.add_argument("--filter", default=None,
+                   help='JSON, the search filter language: \'{"tag": "old"}\', \'{"year": {"lt": 2020}}\'')
+    p.add_argument("--all", action="store_true", help="delete every document of the collection (no --filter)")
+    p.add_argument("--dry-run", action="store_true", help="only say which documents would go, and how many")
+    api(p)
+    p.set_defaults(func=cmd_delete)
+
     p = sub.add_parser("worker", help="run an indexing worker (the store must not be open elsewhere)")
     p.set_defaults(func=cmd_worker)
 
@@ -357,6 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     from pydantic import ValidationError
 
     from service.auth.keyring import KeyConfigError
+    from service.client.errors import APIError, RagserveClientError
     from service.config import UnknownSetting
     from service.runners.launcher import RunnerConfigError, RunnerStartError
     from service.store.errors import StoreError
@@ -375,6 +408,12 @@ def main(argv: list[str] | None = None) -> None:
     except (RunnerConfigError, RunnerStartError, StoreError) as exc:
         print(f"ragserve: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except APIError as exc:  # the API refused: its envelope, as it said it
+        print(f"ragserve: error {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except RagserveClientError as exc:
+        print(f"ragserve: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

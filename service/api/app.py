@@ -16,7 +16,7 @@ from service import __version__
 from service.api.errors import install_error_handlers
 from service.api.limits import BodySizeLimit
 from service.api.metrics import Metrics, MetricsMiddleware
-from service.api.routes import chat, collections, health, ingest, passthrough, playground, search
+from service.api.routes import chat, collections, deletion, health, ingest, mcp, passthrough, playground, search
 from service.api.state import Services
 from service.auth.keyring import KeyConfigError, keyring_from_settings
 from service.clients.embeddings import EmbeddingClient
@@ -167,8 +167,8 @@ def create_app(
     app.state.metrics = metrics
     app.state.keyring = keyring
     install_error_handlers(app)
-    for router in (health.router, collections.router, ingest.router, search.router, passthrough.router, chat.router,
-                   playground.router):
+    for router in (health.router, collections.router, deletion.router, ingest.router, search.router, passthrough.router,
+                   chat.router, mcp.router, playground.router):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes,
                        upload_max_bytes=settings.limits.max_upload_bytes)

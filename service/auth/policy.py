@@ -23,6 +23,7 @@ ROUTE_SCOPES: dict[tuple[str, str], frozenset[Scope]] = {
     ("DELETE", "/v1/collections/{name}"): ADMIN,
     ("POST", "/v1/collections/{name}/documents"): WRITE,
     ("DELETE", "/v1/collections/{name}/documents/{doc_id:path}"): WRITE,
+    ("POST", "/v1/collections/{name}/documents/delete"): WRITE,
     ("POST", "/v1/collections/{name}/ingest"): WRITE,
     ("GET", "/v1/jobs"): JOBS,
     ("GET", "/v1/jobs/{job_id}"): JOBS,

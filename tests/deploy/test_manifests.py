@@ -292,7 +292,7 @@ def test_dockerfile_runs_ragserve_as_non_root() -> None:
     user = re.findall(r"^USER (\S+)$", final_stage, re.M)
     assert user and user[-1].split(":")[0] not in {"0", "root"}
     assert re.search(r'HEALTHCHECK .*\n?.*probe\.py", "/health"', final_stage)
-    assert 'pip install ".[eval]"' in text, "the API image installs ragserve without the vLLM extras"
+    assert 'pip install ".[eval,mcp]"' in text, "the API image installs ragserve without the vLLM extras"
 
 
 def test_image_tokenizer_is_the_embedding_models() -> None:

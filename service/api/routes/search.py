@@ -29,7 +29,7 @@ async def search(body: SearchRequest, services: ServicesDep, principal: Principa
                  raw_request: Request) -> SearchResponse:
     principal.check_collection(body.collection)
     image = ImageInput(param="image.url", url=body.image.url) if body.image is not None else None
-    return await _search(body, image, services, principal)
+    return await run_search(body, image, services, principal)
 
 
 @router.post(
@@ -57,11 +57,13 @@ async def search_upload(
     data = await image.read(limit + 1)
     if len(data) > limit:
         raise ImageTooLarge(f"the uploaded image is over {limit} bytes", param="image")
-    return await _search(body, ImageInput(param="image", data=data), services, principal)
+    return await run_search(body, ImageInput(param="image", data=data), services, principal)
 
 
-async def _search(body: SearchRequest, image: ImageInput | None, services: Services,
-                  principal: Principal) -> SearchResponse:
+async def run_search(body: SearchRequest, image: ImageInput | None, services: Services,
+                     principal: Principal) -> SearchResponse:
+    """A search as the API answers it, for ``principal`` (its tenant filters every query): shared by both
+    search routes and the MCP search tool."""
     limits = services.settings.limits
     query = (body.query or "").strip()
     if not query and image is None:

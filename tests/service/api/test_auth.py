@@ -13,10 +13,12 @@ PROTECTED = [
     ("GET", "/ready"), ("GET", "/metrics"), ("GET", "/v1/collections"), ("POST", "/v1/collections"),
     ("GET", "/v1/collections/{name}"), ("DELETE", "/v1/collections/{name}"),
     ("POST", "/v1/collections/{name}/documents"), ("DELETE", "/v1/collections/{name}/documents/{doc_id:path}"),
+    ("POST", "/v1/collections/{name}/documents/delete"),
     ("POST", "/v1/collections/{name}/ingest"),
     ("GET", "/v1/jobs"), ("GET", "/v1/jobs/{job_id}"), ("DELETE", "/v1/jobs/{job_id}"),
     ("POST", "/v1/search"), ("POST", "/v1/search/upload"), ("POST", "/v1/embeddings"), ("POST", "/v1/rerank"),
     ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
+    ("GET", "/mcp"), ("POST", "/mcp"), ("DELETE", "/mcp"),
 ]
 
 
