@@ -5,7 +5,9 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Mapping
 
+import httpx
 import uvicorn
 from pydantic import SecretStr
 
@@ -42,12 +44,14 @@ def serve(settings: Settings, *, with_worker: bool = False) -> None:
 
 
 class BackgroundServer:
-    """uvicorn in a thread, for the demo: the main thread indexes and queries through HTTP meanwhile."""
+    """uvicorn in a thread, for the demo: the main thread indexes and queries through HTTP meanwhile.
+    ``transports`` (tests only) replaces the network edge of runner clients, as in ``create_app``."""
 
-    def __init__(self, settings: Settings, *, with_worker: bool = False) -> None:
+    def __init__(self, settings: Settings, *, with_worker: bool = False,
+                 transports: Mapping[str, httpx.AsyncBaseTransport] | None = None) -> None:
         self.settings = settings
-        config = uvicorn.Config(create_app(settings, with_worker=with_worker), host=settings.host, port=settings.port,
-                                log_level="warning", access_log=False)
+        app = create_app(settings, with_worker=with_worker, transports=transports)
+        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="ragserve-api", daemon=True)
 

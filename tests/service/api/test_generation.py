@@ -259,3 +259,56 @@ async def test_the_runner_itself_fetches_nothing(vl_runner: VLRunner) -> None:
         assert "allowed domains" in answers[0].text
         assert answers[2].status_code >= 400 and "allowed-local-media-path" in answers[2].text  # vLLM says 500
         assert origin.requests == []
+
+
+class _SlowUpstream(httpx.AsyncByteStream):
+    """A generation runner's streamed answer, one event every ``gap_s``, each send time recorded (the
+    last, ``[DONE]``, is when the upstream has finished)."""
+
+    def __init__(self, events: list[str], gap_s: float) -> None:
+        self.events, self.gap_s = events, gap_s
+        self.sent: list[float] = []
+
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        for i, event in enumerate(self.events):
+            if i:
+                await asyncio.sleep(self.gap_s)
+            self.sent.append(time.monotonic())
+            yield f"data: {event}\n\n".encode()
+
+
+async def test_a_stream_reaches_the_client_as_the_upstream_writes_it(minilm_settings: Settings) -> None:
+    """A proxy that buffered the answer would deliver the first token only after the upstream finished;
+    here the runner's network edge is a slow stream (one event a second), and each event must reach the
+    client over real HTTP before the upstream has written the next one."""
+    words = ["Reset", " the", " router", " now", "."]
+    chunks = [json.dumps({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "slow",
+                          "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]}) for w in words]
+    upstream = _SlowUpstream([*chunks, "[DONE]"], gap_s=1.0)
+    seen: list[dict[str, Any]] = []
+
+    async def runner(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=upstream)
+
+    minilm_settings.generation.model = "slow"
+    with live_server(minilm_settings, transports={"generate": httpx.MockTransport(runner)}) as base:
+        headers = {"Authorization": f"Bearer {minilm_settings.api_keys[0].get_secret_value()}"}
+        arrival: list[float] = []
+        received: list[str] = []
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as client, client.stream(
+            "POST", "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "How do I reset it?"}], "stream": True},
+        ) as response:
+            assert response.status_code == 200
+            async for line in response.aiter_lines():
+                if line.startswith("data: {"):
+                    arrival.append(time.monotonic())
+                    received.append(json.loads(line[6:])["choices"][0]["delta"]["content"])
+    assert seen[0]["stream"] is True and seen[0]["model"] == "slow"
+    assert received == words
+    assert len(upstream.sent) == len(words) + 1
+    finished = upstream.sent[-1]
+    assert arrival[0] < finished - 3.5, "the first token waited for the upstream to finish"
+    for i in range(len(words)):
+        assert upstream.sent[i] <= arrival[i] < upstream.sent[i + 1], f"event {i} was held back"
