@@ -190,6 +190,49 @@ async def concurrent(url: str, queries: list[str], mode: str, *, concurrency: in
             "stages_ms": {s: summarize(v) for s, v in stages.items() if v}}
 
 
+async def runner_concurrent(embed_url: str, queries: list[str], *, concurrency: int, duration_s: float,
+                            max_model_len: int) -> dict[str, Any]:
+    """The embedding runner alone under the same load: one query a request, as the API sends it, so the
+    API's embed stage and tail can be read against the runner's own."""
+    model = QWEN3.embedding
+    latencies: list[float] = []
+    errors = 0
+    counter = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+    def body(q: str) -> dict[str, Any]:
+        return {"model": model.name, "input": [model.format_query(q)], "encoding_format": "float",
+                "truncate_prompt_tokens": min(model.max_tokens, max_model_len)}
+
+    async with httpx.AsyncClient(base_url=embed_url, timeout=120, limits=limits) as client:
+        await asyncio.gather(*(client.post("/v1/embeddings", json=body(q)) for q in queries[:concurrency]))
+        deadline = time.perf_counter() + duration_s
+
+        async def worker() -> None:
+            nonlocal counter, errors
+            while time.perf_counter() < deadline:
+                q = queries[counter % len(queries)]
+                counter += 1
+                t = time.perf_counter()
+                try:
+                    r = await client.post("/v1/embeddings", json=body(q))
+                except httpx.HTTPError:
+                    errors += 1
+                    continue
+                if r.status_code != 200:
+                    errors += 1
+                    continue
+                latencies.append((time.perf_counter() - t) * 1000)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - started
+    lat = summarize(latencies)
+    return {"mode": "embedding runner alone", "concurrency": concurrency, "duration_s": wall, "ok": len(latencies),
+            "errors": errors, "throughput_rps": len(latencies) / wall, "latency_ms": lat,
+            "p99_over_p50": lat["p99"] / lat["p50"] if lat["p50"] else float("inf")}
+
+
 def runner_up(url: str) -> bool:
     try:
         return httpx.get(f"{url}/health", timeout=5).status_code == 200
@@ -328,6 +371,12 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"  {c['mode']:<8}{c['ok']:>7}{c['errors']:>8}{c['throughput_rps']:>8.1f}{lat['p50']:>9.1f}"
                      f"{lat['p90']:>9.1f}{lat['p99']:>9.1f}{lat['max']:>9.1f}{c['p99_over_p50']:>9.2f}  {server}")
         lines.append(f"  {'':<8}/health meanwhile: p50 {c['health_ms']['p50']:.1f} ms, max {c['health_ms']['max']:.1f} ms")
+    raw = result.get("runner_concurrent")
+    if raw:
+        lat = raw["latency_ms"]
+        lines.append(f"  {'runner':<8}{raw['ok']:>7}{raw['errors']:>8}{raw['throughput_rps']:>8.1f}{lat['p50']:>9.1f}"
+                     f"{lat['p90']:>9.1f}{lat['p99']:>9.1f}{lat['max']:>9.1f}{raw['p99_over_p50']:>9.2f}  "
+                     "(POST /v1/embeddings on the runner itself, one query a request)")
 
     lines.append("\nload average (1/5/15 min; the machine is shared): " + "; ".join(
         f"{k} {' '.join(f'{x:.1f}' for x in v)}" for k, v in result["loadavg"].items()))
@@ -354,15 +403,15 @@ def plot(result: dict[str, Any], path: Path) -> None:
     seq = result["sequential"]
     labels = [f"{r['mode']}\nrerank {'on' if r['rerank'] else 'off'}" for r in seq]
     ax = axes[0]
-    bottom = np.zeros(len(seq))
-    for stage, colour in (("embed", "tab:blue"), ("search", "tab:orange"), ("rerank", "tab:green")):
-        values = np.array([r["stages_ms"].get(stage, {}).get("p50", 0.0) for r in seq])
-        ax.bar(labels, values, bottom=bottom, label=stage, color=colour)
-        bottom += values
-    totals = [r["stages_ms"]["total"]["p50"] for r in seq]
-    ax.scatter(labels, totals, marker="_", s=600, color="black", label="total p50", zorder=3)
+    x = np.arange(len(seq))
+    width = 0.2
+    for j, (stage, colour) in enumerate((("embed", "tab:blue"), ("search", "tab:orange"), ("rerank", "tab:green"),
+                                         ("total", "black"))):
+        values = [r["stages_ms"].get(stage, {}).get("p50", np.nan) for r in seq]
+        ax.bar(x + (j - 1.5) * width, values, width=width, label=stage, color=colour)
+    ax.set_xticks(x, labels)
     ax.set_yscale("log")
-    ax.set_ylabel("ms (p50, log scale; stages stacked)")
+    ax.set_ylabel("ms (p50, log scale)")
     ax.set_title("concurrency 1: per-stage p50")
     ax.legend()
 
@@ -378,14 +427,14 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.legend()
 
     ax = axes[2]
-    conc = result["concurrent"]
+    conc = result["concurrent"] + ([result["runner_concurrent"]] if result.get("runner_concurrent") else [])
     x = np.arange(len(conc))
     for offset, key, colour in ((-0.2, "p50", "tab:blue"), (0.2, "p99", "tab:red")):
         ax.bar(x + offset, [c["latency_ms"][key] for c in conc], width=0.4, label=key, color=colour)
     for i, c in enumerate(conc):
         ax.text(i, c["latency_ms"]["p99"], f"{c['throughput_rps']:.0f} req/s\n{c['errors']} errors",
                 ha="center", va="bottom", fontsize=9)
-    ax.set_xticks(x, [c["mode"] for c in conc])
+    ax.set_xticks(x, [c["mode"].replace("embedding runner alone", "embed runner\nalone") for c in conc])
     ax.set_ylim(0, max(c["latency_ms"]["p99"] for c in conc) * 1.25)
     ax.set_ylabel("ms (client round trip)")
     ax.set_title(f"concurrency {result['concurrency']}, no rerank")
@@ -472,6 +521,10 @@ def main() -> None:
                                 r["stages_ms"]["search"]["p50"] / numpy_ms
                                 for r in result["sequential"] if "search" in r["stages_ms"]}
 
+            print(f"concurrency {args.concurrency}: the embedding runner alone, {args.duration:g}s", flush=True)
+            result["runner_concurrent"] = asyncio.run(runner_concurrent(
+                args.embed_url, queries, concurrency=args.concurrency, duration_s=args.duration,
+                max_model_len=args.max_model_len))
             result["concurrent"] = []
             for mode in ("dense", "hybrid"):
                 print(f"concurrency {args.concurrency}: {mode}, {args.duration:g}s", flush=True)
