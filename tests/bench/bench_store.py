@@ -5,8 +5,8 @@ numpy brute force, side by side.
     python -m tests.bench.bench_store [--sizes 10000,100000] [--scifact ../shared/data/scifact]
                                       [--json out.json] [--plot out.png]
 
-Data sets: for each size, ``n`` points of 1024 dimensions (cluster centres plus as much noise again, 100 points a
-cluster, normalised) with BM25-shaped sparse vectors (Zipf-distributed terms over a 30k vocabulary, part of them
+Data sets: for each size, ``n`` points of 1024 dimensions (100 Gaussian cluster centres plus as much noise again,
+normalised: 1,000 points a cluster at 100k, where HNSW has to tell apart points of one cluster) with BM25-shaped sparse vectors (Zipf-distributed terms over a 30k vocabulary, part of them
 drawn from the point's cluster's own topic terms, about 60 distinct terms a point, weights from BM25's saturated
 term frequency); queries are held-out points drawn the same way. SciFact: its 5,183 abstracts embedded with
 all-MiniLM-L6-v2 (384 dims, sentence-transformers in-process, cached as .npy under ``.ragserve/bench-cache/``) and
@@ -64,7 +64,7 @@ BATCH = 256
 K = 10
 DIM = 1024
 NOISE = 1.0
-POINTS_PER_CLUSTER = 100
+CLUSTERS = 100
 VOCAB = 30_000
 DOC_TOKENS = 80  # Poisson mean: about 60 distinct terms after repeats
 TOPIC_TERMS = 300
@@ -192,21 +192,21 @@ def zipf_sparse(rng: np.random.Generator, labels: np.ndarray, topics: np.ndarray
     return ptr, term + 1, values  # term ids from 1
 
 
-def make_synthetic(folder: Path, n: int, nq: int, seed: int) -> None:
+def make_synthetic(folder: Path, n: int, nq: int, seed: int, noise: float = NOISE) -> None:
     rng = np.random.default_rng(seed)
-    clusters = max(1, n // POINTS_PER_CLUSTER)
+    clusters = CLUSTERS
     centres = rng.standard_normal((clusters, DIM), dtype=np.float32)
     labels = rng.integers(0, clusters, n + nq)
     x = np.empty((n + nq, DIM), np.float32)
     for start in range(0, n + nq, 8192):
         lab = labels[start:start + 8192]
-        block = centres[lab] + NOISE * rng.standard_normal((len(lab), DIM), dtype=np.float32)
+        block = centres[lab] + noise * rng.standard_normal((len(lab), DIM), dtype=np.float32)
         x[start:start + len(lab)] = block / np.linalg.norm(block, axis=1, keepdims=True)
     topics = np.stack([rng.choice(VOCAB, TOPIC_TERMS, replace=False) for _ in range(clusters)])
     docs = zipf_sparse(rng, labels[:n], topics, DOC_TOKENS, TOPIC_SHARE, query=False)
     queries = zipf_sparse(rng, labels[n:], topics, QUERY_TOKENS, 0.5, query=True)
     save_data(folder, f"synthetic-{n // 1000}k", x[:n], x[n:], docs, queries, None,
-              {"kind": "synthetic", "clusters": clusters, "noise": NOISE, "seed": seed})
+              {"kind": "synthetic", "clusters": clusters, "noise": noise, "seed": seed})
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -404,7 +404,10 @@ def configure_int8(store_folder: Path, dim: int) -> None:
     shard.close()
 
 
-async def run_queries(store: Any, data: Data, mode: str, nq: int, fusion: Any) -> dict[str, Any]:
+async def run_queries(store: Any, data: Data, mode: str, nq: int, fusion: Any,
+                      budget_s: float | None = None) -> dict[str, Any]:
+    """``nq`` queries of one mode, one store call each; with ``budget_s``, stop once that much time went by
+    (after at least 5 queries: local mode at 100k spends seconds on each sparse or hybrid query)."""
     args = []
     for j in range(nq):
         dense = data.q[j].tolist() if mode in ("dense", "hybrid") else None
@@ -418,6 +421,8 @@ async def run_queries(store: Any, data: Data, mode: str, nq: int, fusion: Any) -
         hits = await store.query(COLLECTION, limit=K, **a)
         times.append(time.perf_counter() - t0)
         ids.append([int(h.doc_id[1:]) for h in hits])
+        if budget_s is not None and len(times) >= 5 and sum(times) > budget_s:
+            break
     return {**timing(times), "ids": ids}
 
 
@@ -484,8 +489,8 @@ def optimize_task(spec: dict[str, Any]) -> dict[str, Any]:
     shard = qe.EdgeShard.load(str(folder / "collections" / COLLECTION / "shard"))
     info = shard.info()
     shard.close()
-    return {"optimize_s": result["seconds"], "indexed": result["indexed"], "segments": info.segments_count,
-            "peak_mb": peak_mb()}
+    return {"optimize_s": result["seconds"], "changed": result["changed"], "indexed": result["indexed"],
+            "segments": info.segments_count, "peak_mb": peak_mb()}
 
 
 async def serve_task(spec: dict[str, Any]) -> dict[str, Any]:
@@ -505,7 +510,7 @@ async def serve_task(spec: dict[str, Any]) -> dict[str, Any]:
         await store.query(COLLECTION, dense=q0, limit=K)
         row: dict[str, Any] = {**setting, "reopen_s": time.perf_counter() - t0}
         for mode in ("dense", "sparse", "hybrid") if n == 0 else ("dense", "hybrid"):
-            row[mode] = await run_queries(store, data, mode, nq, fusion)
+            row[mode] = await run_queries(store, data, mode, nq, fusion, spec.get("budget_s"))
             print(f"    {backend} {setting.get('label', '')} {mode}: p50 {row[mode]['p50_ms']:.2f} ms", flush=True)
         if n == 0:
             row["rss_mb"] = rss_mb()
@@ -614,8 +619,9 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
             settings = [{"label": f"ef={ef}", "hnsw_ef": ef} for ef in args.efs]
             serve = run_worker({"task": "serve", "backend": "edge", "data": str(ds), "store": str(folder),
                                 "queries": nq, "settings": settings})
+            kind = "hnsw" if opt["changed"] else "optimize did nothing (below the indexing threshold)"
             for i, s in enumerate(serve["settings"]):
-                row("edge", f"hnsw, {s['label']}", serve, s, None,
+                row("edge", f"{kind}, {s['label']}", serve, s, None,
                     optimize_s=opt["optimize_s"] if i == 0 else None, hnsw_ef=s["hnsw_ef"])
             results["edge_hnsw_optimize"] = opt
         shutil.rmtree(folder, ignore_errors=True)
@@ -629,8 +635,9 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
                     {"label": "oversampling 1 (today's search params)", "oversampling": None}]
         serve = run_worker({"task": "serve", "backend": "edge-int8", "data": str(ds), "store": str(folder),
                             "queries": nq, "settings": settings})
+        kind = "int8 full scan" if opt["changed"] else "int8 not built (below the indexing threshold)"
         for i, s in enumerate(serve["settings"]):
-            row("edge", f"int8 full scan, {s['label']}", serve, s, build if i == 0 else None,
+            row("edge", f"{kind}, {s['label']}", serve, s, build if i == 0 else None,
                 optimize_s=opt["optimize_s"] if i == 0 else None)
         results["edge_int8_optimize"] = opt
         shutil.rmtree(folder, ignore_errors=True)
@@ -639,8 +646,10 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
         print(f"  local mode: build, serve ({local_nq} queries a mode)", flush=True)
         build = run_worker({"task": "build", "backend": "local", "data": str(ds), "store": str(folder)})
         serve = run_worker({"task": "serve", "backend": "local", "data": str(ds), "store": str(folder),
-                            "queries": local_nq})
-        row("local", f"qdrant-client local mode ({local_nq} queries)", serve, serve["settings"][0], build)
+                            "queries": local_nq, "budget_s": args.local_budget_s})
+        first = serve["settings"][0]
+        counts = ", ".join(f"{m} {first[m]['n']}" for m in ("dense", "sparse", "hybrid"))
+        row("local", f"qdrant-client local mode (queries: {counts})", serve, first, build)
         shutil.rmtree(folder, ignore_errors=True)
     results["wall_s"] = time.perf_counter() - t_start
     return results
@@ -732,6 +741,42 @@ def plot(all_results: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=80)
 
 
+class LoadSampler:
+    """The 1-minute load average every few seconds while a data set runs: the figures are only as good as the
+    machine was quiet (other processes compete for the same 2 cores)."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        import threading
+
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every_s,), daemon=True)
+
+    def _run(self, every_s: float) -> None:
+        while not self._stop.is_set():
+            self.samples.append(os.getloadavg()[0])
+            self._stop.wait(every_s)
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, float]:
+        return {"mean": float(np.mean(self.samples)), "max": float(np.max(self.samples))} if self.samples else {}
+
+
+def wait_quiet(max_s: float) -> None:
+    cpus = os.cpu_count() or 1
+    deadline = time.monotonic() + max_s
+    while os.getloadavg()[0] >= cpus and time.monotonic() < deadline:
+        print(f"  waiting for a quieter machine: load average {os.getloadavg()[0]:.1f} on {cpus} CPUs", flush=True)
+        time.sleep(30)
+
+
 def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -751,6 +796,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100, help="queries per synthetic data set")
     parser.add_argument("--local-queries", type=int, default=20,
                         help=f"queries per mode for local mode above {LOCAL_FULL_UP_TO:,} points")
+    parser.add_argument("--local-budget-s", type=float, default=30.0,
+                        help="local mode: stop a mode's queries after this many seconds (at least 5 queries)")
+    parser.add_argument("--noise", type=float, default=NOISE, help="noise around the cluster centres (x centre scale)")
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                        help="before each data set, wait up to this long for the 1-minute load average to drop "
+                             "below the CPU count (other work on the machine skews every figure)")
     parser.add_argument("--efs", default="64,128,256,512", help="hnsw_ef values for the HNSW variant")
     parser.add_argument("--backends", default=",".join(BACKENDS), help=f"a subset of {','.join(BACKENDS)}")
     parser.add_argument("--json", type=Path, help="write every figure here")
@@ -779,20 +830,24 @@ def main() -> None:
         for n in sizes:
             folder = work / f"synthetic-{n}"
             print(f"generating {n} synthetic points", flush=True)
-            make_synthetic(folder, n, args.queries, args.seed + n)
+            make_synthetic(folder, n, args.queries, args.seed + n, args.noise)
             datasets.append((folder, None))
         if args.scifact:
             folder = work / "scifact"
             datasets.append((folder, make_scifact(folder, Path(args.scifact))))
         for folder, judged in datasets:
-            res = run_dataset(folder, args, work)
+            wait_quiet(args.wait_quiet)
+            with LoadSampler() as load:
+                res = run_dataset(folder, args, work)
+            res["loadavg"] = load.summary()
             if judged is not None and "numpy_ids" in res:
                 res["numpy_ndcg10"] = ndcg10(res["numpy_ids"]["dense"], judged["doc_ids"], judged["qrels"])
                 print(f"  SciFact check: numpy dense nDCG@10 = {res['numpy_ndcg10']:.4f} (reference 0.6451)")
             res.pop("numpy_ids", None)
             report["datasets"].append(res)
             print(f"\n### {res['meta']['name']} ({res['meta']['n']:,} points x {res['meta']['dim']}; "
-                  f"{res['wall_s']:.0f} s)\n")
+                  f"{res['wall_s']:.0f} s; load average mean {res['loadavg'].get('mean', 0):.1f}, "
+                  f"max {res['loadavg'].get('max', 0):.1f} on {os.cpu_count()} CPUs)\n")
             print(table(res), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
