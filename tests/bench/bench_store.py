@@ -46,6 +46,7 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -522,7 +523,14 @@ async def serve_task(spec: dict[str, Any]) -> dict[str, Any]:
 
 # --- orchestration ---------------------------------------------------------------------------------------------------
 
+QUIET = {"wait_s": 0.0, "load": float(os.cpu_count() or 1)}
+"""``--wait-quiet``: before each measuring subprocess, wait up to ``wait_s`` for the load average to drop below
+``load``."""
+
+
 def run_worker(spec: dict[str, Any], timeout_s: float = 3600) -> dict[str, Any]:
+    if spec["task"] != "embed":
+        wait_quiet(QUIET["wait_s"], QUIET["load"])
     with tempfile.TemporaryDirectory(prefix="bench-store-worker-") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
         spec_path.write_text(json.dumps({**spec, "out": str(out_path)}))
@@ -589,6 +597,7 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
         if serve is not None:
             r["queries"] = serve.get("queries")
             r["rss_base_mb"] = serve.get("rss_base_mb")
+            r["loadavg"] = serve.get("loadavg")
         for key in ("reopen_s", "rss_mb"):
             if key in s:
                 r[key] = s[key]
@@ -603,7 +612,8 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
         np_out = run_worker({"task": "numpy", "data": str(ds), "queries": nq})
         ref["sparse"], ref["hybrid"] = np_out["sparse"]["ids"], np_out["hybrid"]["ids"]
         results["numpy_ids"] = {"dense": np_out["dense"]["ids"]}
-        row("numpy", "brute force (exact)", {"queries": nq, "rss_base_mb": np_out["rss_base_mb"]}, np_out)
+        row("numpy", "brute force (exact)",
+            {"queries": nq, "rss_base_mb": np_out["rss_base_mb"], "loadavg": np_out["loadavg"]}, np_out)
     if "edge" in backends or "edge-hnsw" in backends:
         folder = work / f"{meta['name']}-edge"
         print("  edge: build", flush=True)
@@ -769,12 +779,17 @@ class LoadSampler:
         return {"mean": float(np.mean(self.samples)), "max": float(np.max(self.samples))} if self.samples else {}
 
 
-def wait_quiet(max_s: float) -> None:
-    cpus = os.cpu_count() or 1
+def wait_quiet(max_s: float, below: float) -> None:
     deadline = time.monotonic() + max_s
-    while os.getloadavg()[0] >= cpus and time.monotonic() < deadline:
-        print(f"  waiting for a quieter machine: load average {os.getloadavg()[0]:.1f} on {cpus} CPUs", flush=True)
-        time.sleep(30)
+    waited = False
+    while os.getloadavg()[0] >= below and time.monotonic() < deadline:
+        if not waited:
+            print(f"    waiting (up to {max_s:.0f} s) for the load average ({os.getloadavg()[0]:.1f}) to drop below "
+                  f"{below:g}", flush=True)
+            waited = True
+        time.sleep(10)
+    if waited:
+        print(f"    load average now {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def versions() -> dict[str, str]:
@@ -800,8 +815,10 @@ def main() -> None:
                         help="local mode: stop a mode's queries after this many seconds (at least 5 queries)")
     parser.add_argument("--noise", type=float, default=NOISE, help="noise around the cluster centres (x centre scale)")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
-                        help="before each data set, wait up to this long for the 1-minute load average to drop "
-                             "below the CPU count (other work on the machine skews every figure)")
+                        help="before each measuring subprocess, wait up to this long for the 1-minute load average "
+                             "to drop below --quiet-load (other work on the machine skews every figure)")
+    parser.add_argument("--quiet-load", type=float, default=float(os.cpu_count() or 1),
+                        help="the load average --wait-quiet waits for (default: the CPU count)")
     parser.add_argument("--efs", default="64,128,256,512", help="hnsw_ef values for the HNSW variant")
     parser.add_argument("--backends", default=",".join(BACKENDS), help=f"a subset of {','.join(BACKENDS)}")
     parser.add_argument("--json", type=Path, help="write every figure here")
@@ -819,6 +836,8 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown backends: {', '.join(sorted(unknown))}")
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    QUIET.update(wait_s=args.wait_quiet, load=args.quiet_load)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean the work folder on a plain kill too
     work = Path(tempfile.mkdtemp(prefix="ragserve-bench-store-", dir=args.workdir))
     started = time.perf_counter()
     report: dict[str, Any] = {"command": " ".join(["python -m tests.bench.bench_store", *sys.argv[1:]]),
@@ -836,7 +855,6 @@ def main() -> None:
             folder = work / "scifact"
             datasets.append((folder, make_scifact(folder, Path(args.scifact))))
         for folder, judged in datasets:
-            wait_quiet(args.wait_quiet)
             with LoadSampler() as load:
                 res = run_dataset(folder, args, work)
             res["loadavg"] = load.summary()
