@@ -528,15 +528,15 @@ QUIET = {"wait_s": 0.0, "load": float(os.cpu_count() or 1)}
 ``load``."""
 
 
-def run_worker(spec: dict[str, Any], timeout_s: float = 3600) -> dict[str, Any]:
+def run_worker(spec: dict[str, Any], timeout_s: float = 3600, env: dict[str, str] | None = None) -> dict[str, Any]:
     if spec["task"] != "embed":
         wait_quiet(QUIET["wait_s"], QUIET["load"])
     with tempfile.TemporaryDirectory(prefix="bench-store-worker-") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
         spec_path.write_text(json.dumps({**spec, "out": str(out_path)}))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         subprocess.run([sys.executable, "-m", "tests.bench.bench_store", "--worker", str(spec_path)], check=True,
-                       cwd=ROOT, env=env, timeout=timeout_s)
+                       cwd=ROOT, env={**os.environ, "PYTHONPATH": path, **(env or {})}, timeout=timeout_s)
         return json.loads(out_path.read_text())
 
 
@@ -614,6 +614,11 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
         results["numpy_ids"] = {"dense": np_out["dense"]["ids"]}
         row("numpy", "brute force (exact)",
             {"queries": nq, "rss_base_mb": np_out["rss_base_mb"], "loadavg": np_out["loadavg"]}, np_out)
+        # OpenBLAS spins its threads: on a busy machine one thread is the steadier floor.
+        one = run_worker({"task": "numpy", "data": str(ds), "queries": nq},
+                         env={"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+        row("numpy", "brute force, 1 BLAS thread",
+            {"queries": nq, "rss_base_mb": one["rss_base_mb"], "loadavg": one["loadavg"]}, one)
     if "edge" in backends or "edge-hnsw" in backends:
         folder = work / f"{meta['name']}-edge"
         print("  edge: build", flush=True)
