@@ -98,8 +98,10 @@ def pct(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values) * 1000, q)) if values else float("nan")
 
 
-def timing(values: Sequence[float]) -> dict[str, float]:
-    return {"p50_ms": pct(values, 50), "p95_ms": pct(values, 95), "n": len(values)}
+def timing(values: Sequence[float], cpu: Sequence[float] = ()) -> dict[str, float]:
+    """Wall-clock percentiles, and the process's CPU time per call (all its threads), which a busy machine
+    disturbs far less than the wall clock."""
+    return {"p50_ms": pct(values, 50), "p95_ms": pct(values, 95), "cpu_p50_ms": pct(cpu, 50), "n": len(values)}
 
 
 # --- data sets ----------------------------------------------------------------------------------------------------
@@ -358,13 +360,14 @@ def numpy_task(spec: dict[str, Any]) -> dict[str, Any]:
     for mode, call in calls.items():
         for t in qs[:WARMUP]:
             call(t)
-        times, ids = [], []
+        times, cpu, ids = [], [], []
         for t in qs:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             r = call(t)
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
             ids.append(r.tolist())
-        out[mode] = {**timing(times), "ids": ids}
+        out[mode] = {**timing(times, cpu), "ids": ids}
     out["rss_mb"] = rss_mb()
     return out
 
@@ -416,15 +419,16 @@ async def run_queries(store: Any, data: Data, mode: str, nq: int, fusion: Any,
         args.append({"dense": dense, "sparse": sparse, "fusion": fusion if mode == "hybrid" else None})
     for a in args[:WARMUP]:
         await store.query(COLLECTION, limit=K, **a)
-    times, ids = [], []
+    times, cpu, ids = [], [], []
     for a in args:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         hits = await store.query(COLLECTION, limit=K, **a)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         ids.append([int(h.doc_id[1:]) for h in hits])
         if budget_s is not None and len(times) >= 5 and sum(times) > budget_s:
             break
-    return {**timing(times), "ids": ids}
+    return {**timing(times, cpu), "ids": ids}
 
 
 def production_fusion() -> Any:
@@ -447,22 +451,24 @@ async def build_task(spec: dict[str, Any]) -> dict[str, Any]:
         await store.aclose()
         configure_int8(folder, data.dim)
         store = await open_store(backend, folder)
-    upsert_s = 0.0
+    upsert_s = upsert_cpu_s = 0.0
     started = time.perf_counter()
     for start in range(0, data.n, BATCH):
         end = min(start + BATCH, data.n)
         chunks = [data.chunk(i) for i in range(start, end)]
         vectors = data.x[start:end].tolist()
         sparse = [data.doc_sparse(i) for i in range(start, end)]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         await store.upsert(COLLECTION, chunks, vectors, sparse)
         upsert_s += time.perf_counter() - t0
+        upsert_cpu_s += time.process_time() - c0
         if (end // BATCH) % 40 == 0:
             print(f"    {backend}: {end}/{data.n} points, {end / upsert_s:.0f}/s", flush=True)
     t0 = time.perf_counter()
     await store.flush()
     flush_s = time.perf_counter() - t0
     out: dict[str, Any] = {"upsert_pts_s": data.n / upsert_s, "upsert_s": upsert_s, "flush_s": flush_s,
+                           "upsert_pts_cpu_s": data.n / upsert_cpu_s,
                            "wall_s": time.perf_counter() - started, "count": await store.count(COLLECTION),
                            "rss_base_mb": base}
     if backend == "edge-int8":  # quantization on the appendable segment, before any optimize
@@ -486,11 +492,14 @@ def optimize_task(spec: dict[str, Any]) -> dict[str, Any]:
     from service.store.edge import optimize_collection
 
     folder = Path(spec["store"])
+    c0 = time.process_time()
     result = optimize_collection(folder, COLLECTION, progress=lambda m: print(f"    {m}", flush=True))
+    cpu_s = time.process_time() - c0
     shard = qe.EdgeShard.load(str(folder / "collections" / COLLECTION / "shard"))
     info = shard.info()
     shard.close()
-    return {"optimize_s": result["seconds"], "changed": result["changed"], "indexed": result["indexed"],
+    return {"optimize_s": result["seconds"], "optimize_cpu_s": cpu_s, "changed": result["changed"],
+            "indexed": result["indexed"],
             "segments": info.segments_count, "peak_mb": peak_mb()}
 
 
@@ -505,11 +514,12 @@ async def serve_task(spec: dict[str, Any]) -> dict[str, Any]:
     base = rss_mb()
     out: dict[str, Any] = {"rss_base_mb": base, "queries": nq, "settings": []}
     for n, setting in enumerate(spec.get("settings") or [{}]):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         store = await open_store(backend, folder, hnsw_ef=setting.get("hnsw_ef", 256),
                                  oversampling=setting.get("oversampling"))
         await store.query(COLLECTION, dense=q0, limit=K)
-        row: dict[str, Any] = {**setting, "reopen_s": time.perf_counter() - t0}
+        row: dict[str, Any] = {**setting, "reopen_s": time.perf_counter() - t0,
+                               "reopen_cpu_s": time.process_time() - c0}
         for mode in ("dense", "sparse", "hybrid") if n == 0 else ("dense", "hybrid"):
             row[mode] = await run_queries(store, data, mode, nq, fusion, spec.get("budget_s"))
             print(f"    {backend} {setting.get('label', '')} {mode}: p50 {row[mode]['p50_ms']:.2f} ms", flush=True)
@@ -598,11 +608,12 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
             r["queries"] = serve.get("queries")
             r["rss_base_mb"] = serve.get("rss_base_mb")
             r["loadavg"] = serve.get("loadavg")
-        for key in ("reopen_s", "rss_mb"):
+        for key in ("reopen_s", "reopen_cpu_s", "rss_mb"):
             if key in s:
                 r[key] = s[key]
         if build is not None:
             r["upsert_pts_s"] = build.get("upsert_pts_s")
+            r["upsert_pts_cpu_s"] = build.get("upsert_pts_cpu_s")
             r["build_peak_mb"] = build.get("peak_mb")
         results["rows"].append(r)
 
@@ -636,8 +647,9 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
                                 "queries": nq, "settings": settings})
             kind = "hnsw" if opt["changed"] else "optimize did nothing (below the indexing threshold)"
             for i, s in enumerate(serve["settings"]):
-                row("edge", f"{kind}, {s['label']}", serve, s, None,
-                    optimize_s=opt["optimize_s"] if i == 0 else None, hnsw_ef=s["hnsw_ef"])
+                row("edge", f"{kind}, {s['label']}", serve, s, None, hnsw_ef=s["hnsw_ef"],
+                    optimize_s=opt["optimize_s"] if i == 0 else None,
+                    optimize_cpu_s=opt["optimize_cpu_s"] if i == 0 else None)
             results["edge_hnsw_optimize"] = opt
         shutil.rmtree(folder, ignore_errors=True)
     if "edge-int8" in backends:
@@ -653,7 +665,8 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
         kind = "int8 full scan" if opt["changed"] else "int8 not built (below the indexing threshold)"
         for i, s in enumerate(serve["settings"]):
             row("edge", f"{kind}, {s['label']}", serve, s, build if i == 0 else None,
-                optimize_s=opt["optimize_s"] if i == 0 else None)
+                optimize_s=opt["optimize_s"] if i == 0 else None,
+                optimize_cpu_s=opt["optimize_cpu_s"] if i == 0 else None)
         results["edge_int8_optimize"] = opt
         shutil.rmtree(folder, ignore_errors=True)
     if "local" in backends:
@@ -699,7 +712,31 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot(all_results: list[dict[str, Any]], path: Path) -> None:
+def cpu_table(results: dict[str, Any]) -> str:
+    """The same rows in CPU time (all threads of the backend's process): what a quiet machine would show as
+    latency for single-threaded work, and the cost that bounds throughput on 2 cores."""
+    rows = results["rows"]
+    ref = next((r["dense"]["cpu_p50_ms"] for r in rows if r["variant"] == "brute force, 1 BLAS thread"), None)
+    lines = ["| backend / variant | dense CPU ms | sparse CPU ms | hybrid CPU ms | upsert pts per CPU-s | "
+             "reopen CPU s | optimize CPU s | dense / numpy 1-thread | hybrid / numpy 1-thread |", "|" + "---|" * 9]
+    for r in rows:
+        d, s, h = r.get("dense", {}), r.get("sparse", {}), r.get("hybrid", {})
+        name = r["backend"] if r["backend"] == r["variant"] else f"{r['backend']} {r['variant']}"
+        ratio_d = d["cpu_p50_ms"] / ref if ref and d.get("cpu_p50_ms") is not None else None
+        ratio_h = h["cpu_p50_ms"] / ref if ref and h.get("cpu_p50_ms") is not None else None
+        lines.append(
+            f"| {name} | {fmt(d.get('cpu_p50_ms'))} | {fmt(s.get('cpu_p50_ms'))} | {fmt(h.get('cpu_p50_ms'))} | "
+            f"{fmt(r.get('upsert_pts_cpu_s'), ',.0f')} | {fmt(r.get('reopen_cpu_s'))} | "
+            f"{fmt(r.get('optimize_cpu_s'), '.1f')} | {fmt(ratio_d, '.2f')}x | {fmt(ratio_h, '.2f')}x |"
+            .replace("-x", "-")
+        )
+    return "\n".join(lines)
+
+
+def plot(all_results: list[dict[str, Any]], path: Path, metric: str = "cpu") -> None:
+    """Dense and hybrid p50 per data set and backend, and HNSW's recall against latency; ``metric`` "cpu" plots
+    CPU time per call (steady on a busy machine), "wall" the wall clock."""
+    key, unit = ("cpu_p50_ms", "CPU ms per call") if metric == "cpu" else ("p50_ms", "wall ms")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -724,11 +761,11 @@ def plot(all_results: list[dict[str, Any]], path: Path) -> None:
             values = []
             for res in all_results:
                 r = pick(res, test)
-                values.append(r[mode]["p50_ms"] if r and mode in r else np.nan)
+                values.append(r[mode][key] if r and mode in r else np.nan)
             ax.bar(np.arange(len(names)) + (k - len(series) / 2 + 0.5) * width, values, width, label=label)
         ax.set_yscale("log")
         ax.set_xticks(np.arange(len(names)), names)
-        ax.set_ylabel(f"{mode} search p50, ms (log)")
+        ax.set_ylabel(f"{mode} search p50, {unit} (log)")
         ax.set_title(f"{mode} query, one store call, concurrency 1")
         ax.grid(axis="y", which="both", alpha=0.3)
     axes[0].legend(fontsize=8)
@@ -736,18 +773,18 @@ def plot(all_results: list[dict[str, Any]], path: Path) -> None:
     for res in all_results:
         hnsw = [r for r in res["rows"] if r.get("hnsw_ef")]
         if hnsw:
-            line = ax.plot([r["dense"]["p50_ms"] for r in hnsw], [r["recall10"] for r in hnsw], "o-",
+            line = ax.plot([r["dense"][key] for r in hnsw], [r["recall10"] for r in hnsw], "o-",
                            label=f"{res['meta']['name']} hnsw")[0]
             for r in hnsw:
-                ax.annotate(str(r["hnsw_ef"]), (r["dense"]["p50_ms"], r["recall10"]), fontsize=7,
+                ax.annotate(str(r["hnsw_ef"]), (r["dense"][key], r["recall10"]), fontsize=7,
                             textcoords="offset points", xytext=(3, -9))
             for marker, test in (("s", series["edge exact (shipped)"]), ("^", series["edge int8 full scan"])):
                 r = pick(res, test)
                 if r:
-                    ax.plot([r["dense"]["p50_ms"]], [r["recall10"]], marker, color=line.get_color(), alpha=0.7)
+                    ax.plot([r["dense"][key]], [r["recall10"]], marker, color=line.get_color(), alpha=0.7)
     ax.axhline(0.95, color="grey", ls="--", lw=0.8)
     ax.set_xscale("log")
-    ax.set_xlabel("dense p50, ms (log)")
+    ax.set_xlabel(f"dense p50, {unit} (log)")
     ax.set_ylabel("recall@10 vs exact")
     ax.set_title("HNSW ef sweep (o), exact (square), int8 (triangle)")
     ax.legend(fontsize=8)
@@ -828,6 +865,8 @@ def main() -> None:
     parser.add_argument("--backends", default=",".join(BACKENDS), help=f"a subset of {','.join(BACKENDS)}")
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--plot", type=Path, help="draw the figures into this PNG (needs matplotlib)")
+    parser.add_argument("--plot-metric", choices=("cpu", "wall"), default="cpu",
+                        help="plot CPU time per call (default: steady on a busy machine) or wall-clock time")
     parser.add_argument("--workdir", type=Path, help="where data and stores go (default: a temporary folder)")
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -872,6 +911,7 @@ def main() -> None:
                   f"{res['wall_s']:.0f} s; load average mean {res['loadavg'].get('mean', 0):.1f}, "
                   f"max {res['loadavg'].get('max', 0):.1f} on {os.cpu_count()} CPUs)\n")
             print(table(res), flush=True)
+            print(f"\nCPU time per call, same run:\n\n{cpu_table(res)}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["wall_s"] = time.perf_counter() - started
@@ -882,7 +922,7 @@ def main() -> None:
         print(f"wrote {args.json}")
     if args.plot:
         try:
-            plot(report["datasets"], args.plot)
+            plot(report["datasets"], args.plot, args.plot_metric)
             print(f"wrote {args.plot}")
         except ImportError:
             print("matplotlib is not installed: no plot (pip install matplotlib)")
