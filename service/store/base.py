@@ -136,7 +136,7 @@ class VectorStore(ABC):
     ) -> None:
         """Upsert the chunks of whole documents, then drop those documents' chunks of other versions."""
         await self.upsert(name, chunks, vectors, sparse)
-        stale = both(stale_versions({c.doc_id: c.content_hash for c in chunks}), scope)
+        stale = both(stale_versions([c.doc_id for c in chunks], [c.id_in(name) for c in chunks]), scope)
         assert stale is not None
         await self.delete(name, stale)
 

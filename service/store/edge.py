@@ -71,6 +71,7 @@ from service.store.types import (
     DocState,
     Filter,
     Fusion,
+    HasId,
     Hit,
     IsEmpty,
     Match,
@@ -508,6 +509,8 @@ def to_edge(flt: Filter) -> qe.Filter:
             return qe.FieldCondition(key=c.key, range=qe.RangeFloat(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
         if isinstance(c, IsEmpty):
             return qe.IsEmptyCondition(c.key)
+        if isinstance(c, HasId):
+            return qe.HasIdCondition(set(c.ids))
         raise TypeError(f"not a filter condition: {c!r}")
 
     return qe.Filter(

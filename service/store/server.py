@@ -34,6 +34,7 @@ from service.store.types import (
     DocState,
     Filter,
     Fusion,
+    HasId,
     Hit,
     IsEmpty,
     Match,
@@ -313,6 +314,8 @@ def to_qdrant(flt: Filter) -> models.Filter:
             return models.FieldCondition(key=c.key, range=models.Range(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
         if isinstance(c, IsEmpty):
             return models.IsEmptyCondition(is_empty=models.PayloadField(key=c.key))
+        if isinstance(c, HasId):
+            return models.HasIdCondition(has_id=list(c.ids))
         raise TypeError(f"not a filter condition: {c!r}")
 
     return models.Filter(

