@@ -34,6 +34,9 @@ ROUTE_SCOPES: dict[tuple[str, str], frozenset[Scope]] = {
     ("GET", "/v1/models"): READ,
     ("POST", "/v1/embeddings"): READ,
     ("POST", "/v1/rerank"): READ,
+    ("GET", "/mcp"): READ,  # the MCP tools (search, list collections); checked by service/api/routes/mcp.py
+    ("POST", "/mcp"): READ,
+    ("DELETE", "/mcp"): READ,
 }
 """(method, route template) -> scopes. GET /ready takes any valid key (probes), GET /health none."""
 

@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from service.api.deps import bearer
 from service.api.errors import error_response
+from service.auth.policy import scopes_for
 from service.errors import RagserveError, Unauthorized
 
 
@@ -52,7 +53,7 @@ class McpEndpoint:
             principal = await request.app.state.keyring.authenticate(credentials.credentials)
             if principal is None:
                 raise Unauthorized("invalid API key")
-            principal.require({"read"})
+            principal.require(scopes_for(request.method, "/mcp"))
             request.state.principal = principal
         except RagserveError as exc:
             response = error_response(exc.status_code, exc.type, exc.code, exc.message,
