@@ -72,7 +72,8 @@ async def test_dead_runner_raises_unavailable(fault_settings: Settings) -> None:
     async with app_client(fault_settings) as http:
         with pytest.raises(Unavailable) as down:
             await AsyncClient(http_client=http).search("c", "x")
-    assert (down.value.status_code, down.value.code, down.value.retry_after) == (503, "upstream_unavailable", None)
+    # a runner known down: the API's breaker names when to try again (Retry-After), and the client carries it
+    assert (down.value.status_code, down.value.code, down.value.retry_after) == (503, "upstream_unavailable", 5.0)
 
 
 def test_closed_port_raises_connection_failed() -> None:
