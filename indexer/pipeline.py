@@ -7,6 +7,10 @@ result is being written. A batch that still fails after its retries marks its do
 per document with the reason); it never takes the job down or leaves a document half-written. A job in
 which some documents failed succeeds with their errors listed; one in which every document failed (and
 none was indexed or unchanged) ends ``failed``.
+
+A job submitted by a tenant's key stamps the tenant on every document and sees (for re-syncs and prunes)
+only that tenant's documents. Each batch is a trace span (``index_batch``) with ``embed`` and ``store``
+children; the job's log lines carry ``job-<id>`` as their request id.
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from indexer.chunking import Chunker, ChunkText
 from indexer.documents import FileError, ParsedDocument, SourceFile
+from indexer.lease import Lease
 from indexer.parsers import ParseError, parse
 from indexer.queue import MAX_ERRORS, Job, JobCancelled, JobFailed, JobQueue
 from indexer.sources import SourceError, path_entries, read_file
@@ -28,8 +32,11 @@ from service.clients.embeddings import EmbeddingClient
 from service.config import Settings
 from service.documents.writer import content_hash
 from service.errors import RagserveError
+from service.observability.context import RequestContext, bind, unbind
+from service.observability.tracing import stage
 from service.sparse.normalisation import SparseNormaliser
 from service.store.base import VectorStore
+from service.store.tenancy import Tenant, write_scope
 from service.store.types import Chunk, CollectionInfo
 
 log = logging.getLogger("ragserve.indexer")
@@ -65,9 +72,20 @@ class Pipeline:
         self.chunker_factory = chunker_factory
         self.url_fetcher = url_fetcher
         self.sparse = SparseNormaliser(store)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def run(self, job: Job, cancelled: asyncio.Event) -> None:
+    async def run(self, job: Job, cancelled: asyncio.Event, lease: Lease) -> None:
+        """Run the job while ``lease`` holds: it is checked right before every embedding request and every
+        store write, and a lost lease (:class:`LeaseLost`) stops the job with its batches cancelled."""
+        token = bind(RequestContext(f"job-{job.id}", IngestSpec.model_validate(job.spec).submitted_by))
+        try:
+            await self._run(job, cancelled, lease)
+        finally:
+            unbind(token)
+
+    async def _run(self, job: Job, cancelled: asyncio.Event, lease: Lease) -> None:
         spec = IngestSpec.model_validate(job.spec)
+        self._loop = asyncio.get_running_loop()
         cfg = self.settings.indexer
         info = await self.store.describe(job.collection)
         chunker = self.chunker_factory(spec.chunk_tokens or cfg.chunk_tokens,
@@ -75,15 +93,32 @@ class Pipeline:
         source_name = spec.source_name or default_source_name(spec.source)
         version = (self.embedder.model.name, info.dimensions, chunker.size, chunker.overlap, spec.chunking)
         finished = await self.queue.finished_documents(job.id)
-        if job.attempts > 1:  # resumed after a crash: count what the earlier run finished, once
+        if finished:  # resumed after a crash or a release: count what the earlier runs finished, once
             job.counts.documents_seen = len(finished)
-        stored = await self.store.doc_states(job.collection, source=source_name)
+        tenant, scope = spec.tenant, write_scope(spec.tenant)
+        if tenant is not None:
+            await self.store.ensure_tenant_index(job.collection, tenant.field)
+        stored = await self.store.doc_states(job.collection, source=source_name, scope=scope)
         seen: set[str] = set(finished)
         file_failures = 0
         slots = asyncio.Semaphore(self.settings.indexer.inflight_batches)
         tasks: set[asyncio.Task[None]] = set()
+        failures: list[BaseException] = []
         batch: list[DocWork] = []
         batch_tokens = 0
+
+        def batch_done(task: asyncio.Task[None]) -> None:
+            slots.release()
+            tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                failures.append(task.exception())  # type: ignore[arg-type]
+
+        def stop_if_needed() -> None:
+            """A batch that raised (a lost lease, a bug) ends the job; so does a cancellation request."""
+            if failures:
+                raise failures[0]
+            if cancelled.is_set():
+                raise JobCancelled
 
         async def flush() -> None:
             nonlocal batch, batch_tokens
@@ -91,15 +126,14 @@ class Pipeline:
                 return
             work, batch, batch_tokens = batch, [], 0
             await slots.acquire()
-            task = asyncio.create_task(self._write_batch(job, info, source_name, work))
-            task.add_done_callback(lambda _t: slots.release())
+            stop_if_needed()
+            task = asyncio.create_task(self._write_batch(job, info, source_name, work, tenant, lease))
             tasks.add(task)
-            task.add_done_callback(tasks.discard)
+            task.add_done_callback(batch_done)
 
         try:
-            async for item in _iterate_in_thread(self._documents(spec, chunker, version)):
-                if cancelled.is_set():
-                    raise JobCancelled
+            async for item in _iterate_in_thread(self._documents(job.id, spec, chunker, version)):
+                stop_if_needed()
                 if isinstance(item, Expect):
                     job.counts.documents_total = max((job.counts.documents_total or 0) + item.delta, 0)
                     continue
@@ -131,9 +165,9 @@ class Pipeline:
             await flush()
             job.counts.documents_total = job.counts.documents_seen
             while tasks:
-                if cancelled.is_set():
-                    raise JobCancelled
+                stop_if_needed()
                 await asyncio.wait(set(tasks), timeout=0.5)
+            stop_if_needed()
         except BaseException:
             for task in tasks:
                 task.cancel()
@@ -145,19 +179,22 @@ class Pipeline:
                 self._error(job, source_name, f"prune skipped: {file_failures} file(s) could not be read")
             else:
                 gone = sorted(set(stored) - seen)
-                await self.store.delete_documents(job.collection, gone)
+                lease.check()
+                await self.store.delete_documents(job.collection, gone, scope=scope)
                 job.counts.documents_deleted = len(gone)
                 await self.queue.mark_documents(job, {d: "deleted" for d in gone})
         c = job.counts
+        log.info("job %s into %s: %d indexed, %d unchanged, %d failed, %d deleted", job.id, job.collection,
+                 c.documents_indexed, c.documents_unchanged, c.documents_failed, c.documents_deleted)
         if c.documents_indexed == 0 and c.documents_unchanged == 0 and (c.documents_failed or c.files_failed):
             raise JobFailed(f"every document failed: {c.files_failed} file(s) could not be read or parsed, "
                             f"{c.documents_failed} document(s) could not be indexed (see errors)")
 
     def _documents(
-        self, spec: IngestSpec, chunker: Chunker, version: tuple[object, ...]
+        self, job_id: str, spec: IngestSpec, chunker: Chunker, version: tuple[object, ...]
     ) -> Iterator[DocWork | FileError | Expect]:
         """Runs in a thread: read, parse and chunk, one document at a time."""
-        files, count = self._files(spec)
+        files, count = self._files(job_id, spec)
         yield Expect(count)
         for file in files:
             if isinstance(file, FileError):
@@ -174,29 +211,47 @@ class Pipeline:
             for doc in docs:
                 split = spec.chunking == "tokens" or (spec.chunking == "auto" and doc.chunk)
                 meta = {**doc.metadata, **spec.metadata}
+                if spec.tenant is not None:
+                    meta = spec.tenant.stamp(meta)
                 doc = ParsedDocument(doc.doc_id, doc.sections, meta, doc.full_text, doc.chunk)
                 chunks = chunker.chunk(doc, split=split)
                 yield DocWork(doc, chunks, content_hash(doc.full_text, meta, *version))
 
-    def _files(self, spec: IngestSpec) -> tuple[Iterator[SourceFile | FileError], int]:
-        """The source's files, read lazily, and how many there are."""
+    def _files(self, job_id: str, spec: IngestSpec) -> tuple[Iterator[SourceFile | FileError], int]:
+        """The source's files, read lazily, and how many there are (called from the reader thread)."""
         max_bytes = self.settings.ingest.max_file_bytes
         source = spec.source
         if isinstance(source, PathSource):
             entries = path_entries(source)
             return (read_file(path, name, max_bytes) for path, name in entries), len(entries)
         if isinstance(source, UploadSource):
-            root = Path(source.dir)
-            return (read_file(root / name, name, max_bytes) for name in source.files), len(source.files)
+            loop = self._loop
+            assert loop is not None, "set by run before the reader thread starts"
+
+            def read_upload(name: str) -> SourceFile | FileError:
+                future = asyncio.run_coroutine_threadsafe(self.queue.read_upload(job_id, name), loop)
+                try:
+                    data = future.result()
+                except FileNotFoundError:
+                    return FileError(name, "the upload is missing from the job queue")
+                if len(data) > max_bytes:
+                    return FileError(name, f"file is {len(data)} bytes; the limit is {max_bytes}")
+                return SourceFile(name, data)
+
+            return (read_upload(name) for name in source.files), len(source.files)
         if self.url_fetcher is None:
             raise SourceError("URL sources are not configured on this worker")
         fetch = self.url_fetcher
         return (fetch(url) for url in source.urls), len(source.urls)
 
-    async def _write_batch(self, job: Job, info: CollectionInfo, source: str, work: list[DocWork]) -> None:
+    async def _write_batch(self, job: Job, info: CollectionInfo, source: str, work: list[DocWork],
+                           tenant: Tenant | None, lease: Lease) -> None:
         """Embed and write whole documents; a batch that still fails after its tries is split in halves
         and retried, so one bad document never takes its batch-mates down with it."""
-        error = await self._try_write(job, info, source, work)
+        with stage("index_batch", collection=job.collection, job=job.id, documents=len(work),
+                   chunks=sum(len(w.chunks) for w in work), tokens=sum(w.tokens for w in work)) as span:
+            error = await self._try_write(job, info, source, work, tenant, lease)
+            span.set_attribute("ragserve.failed", error is not None)
         if error is None:
             job.counts.documents_indexed += len(work)
             job.counts.chunks += sum(len(w.chunks) for w in work)
@@ -205,8 +260,8 @@ class Pipeline:
             return
         if len(work) > 1:
             mid = len(work) // 2
-            await self._write_batch(job, info, source, work[:mid])
-            await self._write_batch(job, info, source, work[mid:])
+            await self._write_batch(job, info, source, work[:mid], tenant, lease)
+            await self._write_batch(job, info, source, work[mid:], tenant, lease)
             return
         (w,) = work
         log.warning("document %s failed: %s", w.doc.doc_id, error.message)
@@ -216,23 +271,34 @@ class Pipeline:
         await self.queue.mark_documents(job, {w.doc.doc_id: "failed"})
 
     async def _try_write(
-        self, job: Job, info: CollectionInfo, source: str, work: list[DocWork]
+        self, job: Job, info: CollectionInfo, source: str, work: list[DocWork], tenant: Tenant | None,
+        lease: Lease,
     ) -> RagserveError | None:
+        """The lease is checked right before the embedding request and right before each store write, with
+        no ``await`` between the check and the call: a worker that lost its lease (or stalled past it, which
+        its monotonic clock shows however its wake-up events are ordered) sends neither."""
         attempts = self.settings.indexer.batch_attempts
         texts = [c.text for w in work for c in w.chunks]
         tokens = [c.tokens for w in work for c in w.chunks]
         for attempt in range(attempts):
             try:
+                lease.check()
                 started = time.perf_counter()
-                vectors = await self._embed(texts, tokens, info.dimensions)
+                with stage("embed", collection=job.collection, attempt=attempt + 1, chunks=len(texts)):
+                    vectors = await self._embed(texts, tokens, info.dimensions)
                 job.embed_seconds += time.perf_counter() - started
+                ns = tenant.namespace if tenant is not None else None
                 chunks = [
                     Chunk(w.doc.doc_id, c.chunk_index, c.text, w.doc.metadata, content_hash=w.content_hash,
-                          chunk_count=len(w.chunks), source=source, location=c.location)
+                          chunk_count=len(w.chunks), source=source, location=c.location, tenant=ns)
                     for w in work for c in w.chunks
                 ]
-                sparse = await self.sparse.vectors(job.collection, texts)
-                await self.store.replace_documents(job.collection, chunks, vectors, sparse)
+                with stage("store", collection=job.collection, attempt=attempt + 1, chunks=len(chunks)):
+                    lease.check()  # the normaliser may store the collection's BM25 statistics
+                    sparse = await self.sparse.vectors(job.collection, texts)
+                    lease.check()
+                    await self.store.replace_documents(job.collection, chunks, vectors, sparse,
+                                                       scope=write_scope(tenant))
                 return None
             except RagserveError as exc:
                 if attempt == attempts - 1:
@@ -250,7 +316,8 @@ class Pipeline:
                 budget = 0
             groups[-1].append(text)
             budget += n
-        results = await asyncio.gather(*(self.embedder.embed_batch(g, dimensions=dims) for g in groups))
+        # The bulk lane: a few requests in flight per runner, so searches never wait behind the job.
+        results = await asyncio.gather(*(self.embedder.embed_batch(g, dimensions=dims, lane="bulk") for g in groups))
         return [v for r in results for v in r]
 
     @staticmethod

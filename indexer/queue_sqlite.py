@@ -1,7 +1,10 @@
-"""The embedded job queue: one SQLite file (WAL), shared safely by an API process and worker processes.
+"""The embedded job queue: one SQLite file (WAL), shared safely by an API process and worker processes on
+one host; uploads wait in a folder beside it (:class:`indexer.upload_folder.UploadFolder`).
 
-Claims are atomic (``BEGIN IMMEDIATE``); leases make a crashed worker's job claimable again. Calls run in a
-thread (``asyncio.to_thread``) with one connection per call, so the event loop never blocks on the disk.
+Claims are atomic (``BEGIN IMMEDIATE``); leases make a crashed worker's job claimable again, and every write
+after a claim is fenced by the claim's ``lease_token`` (see :mod:`indexer.queue`). Lease times are this host's
+wall clock, the same for every process that opens the file. Calls run in a thread (``asyncio.to_thread``) with
+one connection per call, so the event loop never blocks on the disk.
 """
 
 from __future__ import annotations
@@ -11,10 +14,14 @@ import json
 import sqlite3
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from indexer.queue import MAX_ERRORS, TERMINAL, Counts, DocState, Job, JobState
+from indexer.queue import MAX_ERRORS, TERMINAL, Counts, DocState, Job, JobState, LeaseLost, Upload, gave_up_message
+from indexer.upload_folder import UploadFolder
+
+T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -32,7 +39,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     counts TEXT NOT NULL DEFAULT '{}',
     errors TEXT NOT NULL DEFAULT '[]',
     message TEXT,
-    embed_seconds REAL NOT NULL DEFAULT 0
+    embed_seconds REAL NOT NULL DEFAULT 0,
+    lease_token INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, created_at);
 CREATE TABLE IF NOT EXISTS job_documents (
@@ -42,15 +50,22 @@ CREATE TABLE IF NOT EXISTS job_documents (
     PRIMARY KEY (job_id, doc_id)
 );
 """
+FENCE = "id = ? AND lease_token = ? AND state = 'running' AND lease_until >= ?"
+"""The row is still this claim's: same token, still running, lease not run out."""
 
 
 class SqliteJobQueue:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, uploads_dir: Path | None = None) -> None:
+        """``uploads_dir``: where uploads wait for their job (default: ``uploads`` beside the file)."""
         self.path = path
+        self.uploads = UploadFolder(uploads_dir or path.parent / "uploads")
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(SCHEMA)
+            columns = {r["name"] for r in db.execute("PRAGMA table_info(jobs)")}
+            if "lease_token" not in columns:  # a file from before fencing
+                db.execute("ALTER TABLE jobs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0")
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
@@ -58,8 +73,8 @@ class SqliteJobQueue:
         db.execute("PRAGMA synchronous=NORMAL")
         return db
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
-        def call() -> Any:
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        def call() -> T:
             db = self._connect()
             try:
                 return fn(db, *args)
@@ -68,19 +83,49 @@ class SqliteJobQueue:
 
         return await asyncio.to_thread(call)
 
+    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn`` inside one ``BEGIN IMMEDIATE`` transaction, rolled back on any error."""
+        def tx(db: sqlite3.Connection) -> T:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(db, *args)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return result
+
+        return await self._run(tx)
+
+    @staticmethod
+    def _fenced(db: sqlite3.Connection, job: Job, sets: str, params: Sequence[Any]) -> sqlite3.Row:
+        """Update the job's row only while this claim holds it; the row's new state, or :class:`LeaseLost`."""
+        row = db.execute(f"UPDATE jobs SET {sets} WHERE {FENCE} RETURNING *",
+                         (*params, job.id, job.lease_token, time.time())).fetchone()
+        if row is None:
+            raise LeaseLost(f"job {job.id}: lease {job.lease_token} is no longer held")
+        return row
+
     async def close(self) -> None:
         return None
 
-    async def submit(self, collection: str, spec: dict[str, Any], *, job_id: str | None = None) -> Job:
+    async def submit(self, collection: str, spec: dict[str, Any], *, job_id: str | None = None,
+                     uploads: Sequence[Upload] = ()) -> Job:
         job = Job(id=job_id or uuid.uuid4().hex, collection=collection, spec=spec, state="queued",
                   created_at=time.time())
+        if uploads:
+            await asyncio.to_thread(self.uploads.save, job.id, uploads)
 
         def insert(db: sqlite3.Connection) -> None:
             db.execute("INSERT INTO jobs (id, collection, spec, state, created_at, counts) VALUES (?,?,?,?,?,?)",
                        (job.id, collection, json.dumps(spec), "queued", job.created_at,
                         json.dumps(job.counts.as_dict())))
 
-        await self._run(insert)
+        try:
+            await self._run(insert)
+        except BaseException:
+            await asyncio.to_thread(self.uploads.drop, job.id)
+            raise
         return job
 
     async def get(self, job_id: str) -> Job | None:
@@ -93,64 +138,55 @@ class SqliteJobQueue:
         )
         return [_job(r) for r in rows]
 
-    async def claim(self, worker: str, lease_s: float) -> Job | None:
+    async def claim(self, worker: str, lease_s: float, *, max_attempts: int) -> Job | None:
+        ended: list[str] = []
+
         def claim(db: sqlite3.Connection) -> sqlite3.Row | None:
             now = time.time()
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            while True:
                 row = db.execute(
-                    "SELECT id FROM jobs WHERE state = 'queued' OR (state = 'running' AND lease_until < ?) "
-                    "ORDER BY created_at LIMIT 1", (now,)
+                    "SELECT * FROM jobs WHERE state = 'queued' OR (state = 'running' AND lease_until < ?) "
+                    "ORDER BY created_at, rowid LIMIT 1", (now,)
                 ).fetchone()
                 if row is None:
-                    db.execute("COMMIT")
                     return None
-                db.execute(
+                if row["state"] == "running" and (row["cancel_requested"] or row["attempts"] >= max_attempts):
+                    state, message = (("cancelled", "cancelled on request") if row["cancel_requested"]
+                                      else ("failed", gave_up_message(row["attempts"], row["worker"])))
+                    db.execute("UPDATE jobs SET state = ?, message = ?, finished_at = ?, lease_until = NULL "
+                               "WHERE id = ?", (state, message, now, row["id"]))
+                    db.execute("DELETE FROM job_documents WHERE job_id = ?", (row["id"],))
+                    ended.append(row["id"])
+                    continue
+                claimed: sqlite3.Row = db.execute(
                     "UPDATE jobs SET state = 'running', worker = ?, lease_until = ?, attempts = attempts + 1, "
-                    "started_at = COALESCE(started_at, ?) WHERE id = ?",
+                    "lease_token = lease_token + 1, started_at = COALESCE(started_at, ?) WHERE id = ? RETURNING *",
                     (worker, now + lease_s, now, row["id"]),
-                )
-                claimed = db.execute("SELECT * FROM jobs WHERE id = ?", (row["id"],)).fetchone()
-                db.execute("COMMIT")
+                ).fetchone()
                 return claimed
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
 
-        row = await self._run(claim)
+        row = await self._write(claim)
+        for job_id in ended:
+            await asyncio.to_thread(self.uploads.drop, job_id)
         return _job(row) if row else None
 
-    async def heartbeat(self, job_id: str, worker: str, lease_s: float) -> bool:
-        def beat(db: sqlite3.Connection) -> bool:
-            db.execute("UPDATE jobs SET lease_until = ? WHERE id = ? AND worker = ?",
-                       (time.time() + lease_s, job_id, worker))
-            row = db.execute("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            return bool(row and row["cancel_requested"])
-
-        return bool(await self._run(beat))
+    async def heartbeat(self, job: Job, lease_s: float) -> bool:
+        row = await self._write(lambda db: self._fenced(db, job, "lease_until = ?", (time.time() + lease_s,)))
+        return bool(row["cancel_requested"])
 
     async def save_progress(self, job: Job) -> None:
-        await self._run(lambda db: db.execute(
-            "UPDATE jobs SET counts = ?, errors = ?, embed_seconds = ? WHERE id = ?",
-            (json.dumps(job.counts.as_dict()), json.dumps(job.errors[:MAX_ERRORS]), job.embed_seconds, job.id),
-        ))
+        params = (json.dumps(job.counts.as_dict()), json.dumps(job.errors[:MAX_ERRORS]), job.embed_seconds)
+        await self._write(lambda db: self._fenced(db, job, "counts = ?, errors = ?, embed_seconds = ?", params))
 
     async def mark_documents(self, job: Job, docs: dict[str, DocState]) -> None:
-        counts, errors = json.dumps(job.counts.as_dict()), json.dumps(job.errors[:MAX_ERRORS])
+        params = (json.dumps(job.counts.as_dict()), json.dumps(job.errors[:MAX_ERRORS]), job.embed_seconds)
 
         def mark(db: sqlite3.Connection) -> None:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany("INSERT OR REPLACE INTO job_documents (job_id, doc_id, state) VALUES (?,?,?)",
-                               [(job.id, d, s) for d, s in docs.items()])
-                db.execute("UPDATE jobs SET counts = ?, errors = ?, embed_seconds = ? WHERE id = ?",
-                           (counts, errors, job.embed_seconds, job.id))
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+            self._fenced(db, job, "counts = ?, errors = ?, embed_seconds = ?", params)
+            db.executemany("INSERT OR REPLACE INTO job_documents (job_id, doc_id, state) VALUES (?,?,?)",
+                           [(job.id, d, s) for d, s in docs.items()])
 
-        await self._run(mark)
+        await self._write(mark)
 
     async def finished_documents(self, job_id: str) -> set[str]:
         rows = await self._run(lambda db: db.execute(
@@ -158,32 +194,43 @@ class SqliteJobQueue:
         return {r["doc_id"] for r in rows}
 
     async def finish(self, job: Job, state: JobState, message: str | None = None) -> None:
-        job.state, job.message, job.finished_at = state, message, time.time()
+        finished_at = time.time()
+        params = (state, message, finished_at, json.dumps(job.counts.as_dict()),
+                  json.dumps(job.errors[:MAX_ERRORS]), job.embed_seconds)
 
         def finish(db: sqlite3.Connection) -> None:
-            db.execute(
-                "UPDATE jobs SET state = ?, message = ?, finished_at = ?, counts = ?, errors = ?, embed_seconds = ?, "
-                "lease_until = NULL WHERE id = ?",
-                (state, message, job.finished_at, json.dumps(job.counts.as_dict()),
-                 json.dumps(job.errors[:MAX_ERRORS]), job.embed_seconds, job.id),
-            )
+            self._fenced(db, job, "state = ?, message = ?, finished_at = ?, counts = ?, errors = ?, "
+                                  "embed_seconds = ?, lease_until = NULL", params)
             db.execute("DELETE FROM job_documents WHERE job_id = ?", (job.id,))
 
-        await self._run(finish)
+        await self._write(finish)
+        job.state, job.message, job.finished_at = state, message, finished_at
+        await asyncio.to_thread(self.uploads.drop, job.id)
+
+    async def release(self, job: Job) -> None:
+        params = (json.dumps(job.counts.as_dict()), json.dumps(job.errors[:MAX_ERRORS]), job.embed_seconds)
+        await self._write(lambda db: self._fenced(
+            db, job, "state = 'queued', worker = NULL, lease_until = NULL, attempts = attempts - 1, "
+                     "counts = ?, errors = ?, embed_seconds = ?", params))
+        job.state = "queued"
 
     async def cancel(self, job_id: str) -> Job | None:
-        def cancel(db: sqlite3.Connection) -> None:
-            db.execute("BEGIN IMMEDIATE")
+        def cancel(db: sqlite3.Connection) -> bool:
             row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is not None and row["state"] == "queued":
                 db.execute("UPDATE jobs SET state = 'cancelled', finished_at = ?, message = 'cancelled before it "
                            "started' WHERE id = ?", (time.time(), job_id))
-            elif row is not None and row["state"] not in TERMINAL:
+                return True
+            if row is not None and row["state"] not in TERMINAL:
                 db.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))
-            db.execute("COMMIT")
+            return False
 
-        await self._run(cancel)
+        if await self._write(cancel):
+            await asyncio.to_thread(self.uploads.drop, job_id)
         return await self.get(job_id)
+
+    async def read_upload(self, job_id: str, name: str) -> bytes:
+        return await asyncio.to_thread(self.uploads.read, job_id, name)
 
 
 def _job(row: sqlite3.Row) -> Job:
@@ -192,5 +239,5 @@ def _job(row: sqlite3.Row) -> Job:
         created_at=row["created_at"], started_at=row["started_at"], finished_at=row["finished_at"],
         worker=row["worker"], attempts=row["attempts"], cancel_requested=bool(row["cancel_requested"]),
         counts=Counts(**json.loads(row["counts"] or "{}")), errors=json.loads(row["errors"] or "[]"),
-        message=row["message"], embed_seconds=row["embed_seconds"] or 0.0,
+        message=row["message"], embed_seconds=row["embed_seconds"] or 0.0, lease_token=row["lease_token"],
     )

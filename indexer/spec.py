@@ -8,9 +8,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from service.api.schemas.common import JsonInt
 from service.documents.payload import ID_PATTERN, check_metadata
+from service.store.tenancy import Tenant
 
 STRICT = ConfigDict(extra="forbid", strict=True)
-"""As the API's request models: 5.0 is not an integer, "true" not a boolean."""
+"""As the API's request models: "5" is not an integer, "true" not a boolean."""
 
 
 class PathSource(BaseModel):
@@ -42,13 +43,14 @@ class UrlSource(BaseModel):
 
 
 class UploadSource(BaseModel):
-    """Files uploaded with the request; the API stores them under the data dir until the job is done."""
+    """Files uploaded with the request, stored with the job in its queue (``JobQueue.read_upload``) until
+    the job ends."""
 
     model_config = STRICT
 
     kind: Literal["upload"] = "upload"
-    dir: str
     files: list[str]
+    dir: str | None = Field(None, description="Unused: where jobs queued by earlier versions kept their files.")
 
 
 Source = Annotated[PathSource | UrlSource | UploadSource, Field(discriminator="kind")]
@@ -76,6 +78,9 @@ class IngestOptions(BaseModel):
 
 class IngestSpec(IngestOptions):
     source: Source
+    tenant: Tenant | None = Field(None, description="The submitting key's tenant: stamped on every document, "
+                                  "and the only documents this job's re-sync and prune see.")
+    submitted_by: str | None = Field(None, description="The submitting key's id (write keys see their own jobs).")
 
 
 def default_source_name(source: PathSource | UrlSource | UploadSource) -> str:

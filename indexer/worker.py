@@ -11,16 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import socket
+import time
 import uuid
 from contextlib import suppress
-from pathlib import Path
 
 from indexer.chunking import Chunker
 from indexer.documents import FileError, SourceFile
+from indexer.lease import Lease
 from indexer.pipeline import Pipeline, UrlFetcher
-from indexer.queue import Job, JobCancelled, JobFailed, JobQueue
+from indexer.queue import Job, JobCancelled, JobFailed, JobQueue, LeaseLost
 from indexer.sources import SourceError
 from indexer.tokenizer import load_tokenizer, tokenizer_source
 from service.clients.embeddings import EmbeddingClient
@@ -64,56 +64,105 @@ class Worker:
         return read
 
     async def run_forever(self, stop: asyncio.Event) -> None:
+        """Poll and run jobs until ``stop``. A queue that fails (its disk is full, its file is locked) is
+        logged and tried again with backoff: the worker outlives the fault instead of dying with it."""
         log.info("worker %s polling %s", self.id, type(self.queue).__name__)
+        poll_s = self.settings.indexer.poll_s
+        failures = 0
         while not stop.is_set():
-            if not await self.run_once():
+            wait_s = poll_s
+            try:
+                busy = await self.run_once()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - e.g. sqlite3.OperationalError on a full disk
+                failures += 1
+                wait_s = min(poll_s * 2**failures, 30.0)
+                log.error("worker %s: the job queue failed (%s: %s); trying again in %.1fs", self.id,
+                          type(exc).__name__, exc, wait_s)
+                busy = False
+            if not busy:
                 with suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.settings.indexer.poll_s)
+                    await asyncio.wait_for(stop.wait(), wait_s)
 
     async def run_once(self) -> bool:
         """Claim and run one job; False when there was none."""
         self._loop = asyncio.get_running_loop()
-        lease = self.settings.indexer.lease_s
-        job = await self.queue.claim(self.id, lease)
+        cfg = self.settings.indexer
+        sent_at = time.monotonic()
+        job = await self.queue.claim(self.id, cfg.lease_s, max_attempts=cfg.max_attempts)
         if job is None:
             return False
-        log.info("job %s: %s into %s (attempt %d)", job.id, job.spec.get("source", {}).get("kind"),
-                 job.collection, job.attempts)
+        log.info("job %s: %s into %s (attempt %d, lease %d)", job.id, job.spec.get("source", {}).get("kind"),
+                 job.collection, job.attempts, job.lease_token)
+        lease = Lease(job.id, job.lease_token, cfg.lease_s, sent_at=sent_at, margin_s=cfg.lease_s / 4)
         cancelled = asyncio.Event()
-        beat = asyncio.create_task(self._heartbeat(job, lease, cancelled))
+        work = asyncio.create_task(self.pipeline.run(job, cancelled, lease), name=f"job-{job.id}")
+        beat = asyncio.create_task(self._heartbeat(job, lease, cancelled, work))
         try:
-            await self.pipeline.run(job, cancelled)
-        except JobCancelled:
-            await self.queue.finish(job, "cancelled", "cancelled on request")
-        except JobFailed as exc:
-            await self.queue.finish(job, "failed", str(exc))
-        except (RagserveError, SourceError) as exc:
-            await self.queue.finish(job, "failed", getattr(exc, "message", str(exc)))
+            await self._outcome(job, work, lease)
         except asyncio.CancelledError:
-            raise  # the worker is shutting down: the lease runs out and another run resumes the job
-        except Exception as exc:  # noqa: BLE001 - a bug must fail the job visibly, not kill the worker
-            log.exception("job %s crashed", job.id)
-            await self.queue.finish(job, "failed", f"internal error: {type(exc).__name__}")
-        else:
-            await self.store.flush()  # a job reported done is on disk in the segments, not only in the WAL
-            await self.queue.finish(job, "succeeded")
+            # The worker is shutting down: hand the job back at once (uncounted) instead of letting its lease
+            # run out; if that fails the lease runs out and another worker resumes it all the same.
+            work.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await asyncio.shield(self._release(job, work))
+            raise
         finally:
             beat.cancel()
             with suppress(asyncio.CancelledError):
                 await beat
-        self._drop_uploads(job)
         return True
 
-    def _drop_uploads(self, job: Job) -> None:
-        """Uploaded files are only needed until their job ends (their text is in the store by then)."""
-        source = job.spec.get("source", {})
-        if source.get("kind") == "upload":
-            upload_dir = Path(source["dir"]).resolve()
-            if self.settings.uploads_dir.resolve() in upload_dir.parents:
-                shutil.rmtree(upload_dir, ignore_errors=True)
+    async def _outcome(self, job: Job, work: asyncio.Task[None], lease: Lease) -> None:
+        """Wait for the pipeline and record how the job ended; nothing at all once the lease is lost."""
+        await asyncio.wait({work})  # unlike `await work`, a cancellation of this worker leaves `work` alone
+        try:
+            try:
+                if work.cancelled():  # only the heartbeat cancels it, when the queue refused the lease
+                    raise LeaseLost(lease.lost or "the job's task was cancelled")
+                work.result()
+            except JobCancelled:
+                await self.queue.finish(job, "cancelled", "cancelled on request")
+            except JobFailed as exc:
+                await self.queue.finish(job, "failed", str(exc))
+            except (RagserveError, SourceError) as exc:
+                await self.queue.finish(job, "failed", getattr(exc, "message", str(exc)))
+            except LeaseLost:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a bug must fail the job visibly, not kill the worker
+                log.exception("job %s crashed", job.id)
+                await self.queue.finish(job, "failed", f"internal error: {type(exc).__name__}")
+            else:
+                await self.store.flush()  # a job reported done is on disk in the segments, not only in the WAL
+                await self.queue.finish(job, "succeeded")
+        except LeaseLost as exc:
+            lease.lose(str(exc))
+            log.warning("job %s: lease %d lost (%s): stopped; this worker writes nothing more for it",
+                        job.id, job.lease_token, lease.lost)
 
-    async def _heartbeat(self, job: Job, lease: float, cancelled: asyncio.Event) -> None:
+    async def _release(self, job: Job, work: asyncio.Task[None]) -> None:
+        with suppress(BaseException):
+            await work  # its batches are cancelled and gathered before the job goes back
+        await self.queue.release(job)
+        log.info("job %s: released on shutdown", job.id)
+
+    async def _heartbeat(self, job: Job, lease: Lease, cancelled: asyncio.Event, work: asyncio.Task[None]) -> None:
+        """Extend the lease every ``lease/3`` (at most 5 s). A refusal stops the job at once (its task is
+        cancelled, which cancels its batches); a failed call is retried at the next beat, and the lease's own
+        deadline stops the job if none gets through in time."""
         while True:
-            await asyncio.sleep(min(lease / 3, 5.0))
-            if await self.queue.heartbeat(job.id, self.id, lease):
-                cancelled.set()
+            await asyncio.sleep(min(lease.lease_s / 3, 5.0))
+            sent_at = time.monotonic()
+            try:
+                if await self.queue.heartbeat(job, lease.lease_s):
+                    cancelled.set()
+            except LeaseLost as exc:
+                lease.lose(f"heartbeat refused: {exc}")
+                work.cancel()
+                return
+            except Exception as exc:  # noqa: BLE001 - the queue may be briefly unreachable; the deadline decides
+                log.warning("job %s: heartbeat failed (%s: %s); retrying", job.id, type(exc).__name__, exc)
+                continue
+            lease.renewed(sent_at)

@@ -10,8 +10,12 @@ import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.config import Settings
+
+if TYPE_CHECKING:
+    from service.client import Client
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -22,17 +26,27 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings(**overrides)
 
 
+def _observe(settings: Settings) -> None:
+    """Logs and traces for a long-running process (serve, worker), configured before anything logs."""
+    from service.observability.logs import configure_logging
+    from service.observability.tracing import configure_tracing
+
+    configure_logging(settings.log_format, settings.log_level)
+    configure_tracing(settings.otel)
+
+
 def cmd_serve(args: argparse.Namespace) -> None:
     from service.runners.launcher import runner_specs, running
     from service.server import ensure_api_key, serve
 
     settings = _settings(args)
+    _observe(settings)
     key = ensure_api_key(settings)
     if key:
         print(f"Generated API key (development only): {key}", flush=True)
     if args.with_runners:
         with running(runner_specs(settings), log_dir=settings.data_dir / "logs",
-                     timeout_s=settings.runners.startup_timeout_s):
+                     timeout_s=settings.runners.startup_timeout_s, supervise=True):
             serve(settings, with_worker=args.with_worker)
     else:
         serve(settings, with_worker=args.with_worker)
@@ -46,11 +60,17 @@ def _api(args: argparse.Namespace) -> tuple[str, str]:
     return args.url, key
 
 
+def _client(args: argparse.Namespace) -> Client:
+    from service.client import Client
+
+    url, key = _api(args)
+    return Client(url, key, timeout=600)
+
+
 def cmd_index(args: argparse.Namespace) -> None:
     from indexer import cli as icli
 
-    url, key = _api(args)
-    options = {"prune": args.prune, "chunking": args.chunking}
+    options: dict[str, object] = {"prune": args.prune, "chunking": args.chunking}
     if args.chunk_tokens:
         options["chunk_tokens"] = args.chunk_tokens
     paths = [Path(p) for p in args.paths]
@@ -59,48 +79,86 @@ def cmd_index(args: argparse.Namespace) -> None:
         raise SystemExit(f"no such file or folder: {', '.join(missing)}")
     prefixes = icli.name_prefixes(paths)
     failed = 0
-    with icli._client(url, key) as client:
+    with _client(args) as client:
         for path, prefix in zip(paths, prefixes, strict=True):  # one job per path: each its own source
             job = icli.submit(client, path, args.collection, server_path=args.server_path, options=options,
                               include=args.include or [], exclude=args.exclude or [], name_prefix=prefix)
-            print(f"job {job['id']} submitted for {path}", file=sys.stderr)
+            print(f"job {job.id} submitted for {path}", file=sys.stderr)
             if args.no_wait:
-                print(job["id"])
+                print(job.id)
                 continue
-            job = icli.follow(client, job["id"], quiet=args.quiet)
+            job = icli.follow(client, job.id, quiet=args.quiet)
             print(icli.summary(job))
-            failed += job["state"] != "succeeded"
+            failed += job.state != "succeeded"
     if failed:
         raise SystemExit(1)
 
 
 def cmd_search(args: argparse.Namespace) -> None:
-    from indexer import cli as icli
-
-    url, key = _api(args)
-    body: dict[str, object] = {"collection": args.collection, "query": args.query, "top_k": args.top_k}
-    if args.no_rerank:
-        body["rerank"] = {"enabled": False}
-    with icli._client(url, key) as client:
-        result = icli._check(client.post("/v1/search", json=body))
+    with _client(args) as client:
+        result = client.search(args.collection, args.query, top_k=args.top_k,
+                               rerank=False if args.no_rerank else None)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(result.model_dump_json(indent=2))
         return
-    for hit in result["hits"]:
-        where = hit.get("location") or {}
+    for hit in result.hits:
+        where = hit.location or {}
         extra = f" p.{where['page']}" if "page" in where else ""
         extra += f" slide {where['slide']}" if "slide" in where else ""
         extra += f" rows {where['rows'][0]}-{where['rows'][1]}" if where.get("rows") else ""
         extra += f" § {' > '.join(where['headings'])}" if where.get("headings") else ""
-        print(f"{hit['rank']:>3}. {hit['score']:.4f}  {hit['doc_id']}#{hit['chunk_index']}{extra}")
-        print(f"     {hit['text'][:160].replace(chr(10), ' ')}")
-    print(f"timings (ms): {result['timings_ms']}")
+        print(f"{hit.rank:>3}. {hit.score:.4f}  {hit.doc_id}#{hit.chunk_index}{extra}")
+        print(f"     {hit.text[:160].replace(chr(10), ' ')}")
+    print(f"timings (ms): {result.timings_ms}")
+
+
+def cmd_delete(args: argparse.Namespace) -> None:
+    """Delete the documents matching a filter; with --dry-run, only say which and how many."""
+    try:
+        where = json.loads(args.filter) if args.filter else {}
+    except ValueError as exc:
+        raise SystemExit(f"--filter is not JSON: {exc}") from None
+    if not isinstance(where, dict):
+        raise SystemExit('--filter must be a JSON object, e.g. \'{"tag": "old"}\'')
+    with _client(args) as client:
+        result = client.delete_documents(args.collection, filter=where, all=args.all, dry_run=args.dry_run)
+    verb = "would delete" if result.dry_run else "deleted"
+    print(f"{verb} {result.documents} documents ({result.chunks} chunks) from '{result.collection}'")
+    for doc_id in result.doc_ids:
+        print(f"  {doc_id}")
+    if result.doc_ids_truncated:
+        print(f"  ... and {result.documents - len(result.doc_ids)} more")
 
 
 def cmd_worker(args: argparse.Namespace) -> None:
     from indexer.cli import run_worker
 
+    _observe(Settings())
     run_worker()
+
+
+def cmd_keys_hash(args: argparse.Namespace) -> None:
+    """Print a keys-file entry for a new key (or for one read from stdin), and the key itself once."""
+    from service.auth.keys import ApiKeyEntry, TenantEntry, new_key, scrypt_hash, sha256_hex
+
+    key = sys.stdin.readline().rstrip("\r\n") if args.stdin else new_key()
+    if len(key) < 16:
+        raise SystemExit("ragserve: a key must be at least 16 characters")
+    tenant = None
+    if args.tenant:
+        field, sep, value = args.tenant.partition("=")
+        if not sep:
+            raise SystemExit("ragserve: --tenant takes FIELD=VALUE")
+        tenant = TenantEntry(field=field, value=value)
+    hashed = {"scrypt": scrypt_hash(key)} if args.scheme == "scrypt" else {"sha256": sha256_hex(key)}
+    try:
+        entry = ApiKeyEntry(id=args.id, scopes=args.scope or ["read"], collections=args.collection, tenant=tenant,
+                            **hashed)
+    except ValueError as exc:
+        raise SystemExit(f"ragserve: {exc}") from None
+    if not args.stdin:
+        print(f"key (shown once; give it to the client, keep only the entry): {key}", file=sys.stderr)
+    print(json.dumps(entry.model_dump(exclude_none=True)))
 
 
 def cmd_optimize(args: argparse.Namespace) -> None:
@@ -130,10 +188,11 @@ def cmd_runners_up(args: argparse.Namespace) -> None:
             print(shlex.join(["env", *env, *s.command()] if env else s.command()))
         return
     print(f"starting {len(specs)} runner(s) for profile '{settings.profile}'...", flush=True)
-    with running(specs, log_dir=settings.data_dir / "logs", timeout_s=settings.runners.startup_timeout_s) as procs:
+    with running(specs, log_dir=settings.data_dir / "logs", timeout_s=settings.runners.startup_timeout_s,
+                 supervise=True) as procs:
         for p in procs:
             print(f"  {p.spec.name}: {p.spec.url}  model={p.spec.served_name}  log={p.log_path}", flush=True)
-        print("runners healthy; Ctrl-C stops them.", flush=True)
+        print("runners healthy (a runner that exits is restarted, with backoff); Ctrl-C stops them.", flush=True)
         signal.pause()
 
 
@@ -209,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run the query API")
     common(p)
-    p.add_argument("--with-runners", action="store_true", help="also start the vLLM runners")
+    p.add_argument("--with-runners", action="store_true",
+                   help="also start the vLLM runners (and restart one that exits, with backoff)")
     p.add_argument("--with-worker", action="store_true",
                    help="also run the indexing worker in this process (needed with the embedded store)")
     p.set_defaults(func=cmd_serve)
@@ -244,8 +304,30 @@ def build_parser() -> argparse.ArgumentParser:
     api(p)
     p.set_defaults(func=cmd_search)
 
+    p = sub.add_parser("delete", help="delete every document matching a filter (--dry-run: count them first)")
+    p.add_argument("--collection", required=True)
+    p.add_argument("--filter", default=None,
+                   help='JSON, the search filter language: \'{"tag": "old"}\', \'{"year": {"lt": 2020}}\'')
+    p.add_argument("--all", action="store_true", help="delete every document of the collection (no --filter)")
+    p.add_argument("--dry-run", action="store_true", help="only say which documents would go, and how many")
+    api(p)
+    p.set_defaults(func=cmd_delete)
+
     p = sub.add_parser("worker", help="run an indexing worker (the store must not be open elsewhere)")
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("keys", help="API keys")
+    ksub = p.add_subparsers(dest="action", required=True)
+    kh = ksub.add_parser("hash", help="make a new key and print its keys-file entry (JSON); the key goes to stderr")
+    kh.add_argument("--scheme", choices=["sha256", "scrypt"], default="sha256",
+                    help="sha256 for generated keys (default); scrypt for a key a person chose (--stdin)")
+    kh.add_argument("--stdin", action="store_true", help="hash the key read from stdin instead of a new one")
+    kh.add_argument("--scope", action="append", choices=["read", "write", "admin"],
+                    help="a scope the key holds (repeatable; default read)")
+    kh.add_argument("--collection", action="append", help="a collection the key may reach (repeatable; default all)")
+    kh.add_argument("--tenant", metavar="FIELD=VALUE", help="the key's tenant: a metadata field and its value")
+    kh.add_argument("--id", help="a label for logs and job ownership")
+    kh.set_defaults(func=cmd_keys_hash)
 
     p = sub.add_parser("optimize", help="build the HNSW index of an embedded-store collection (store closed)")
     p.add_argument("collection")
@@ -304,6 +386,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     # SIGTERM unwinds like Ctrl-C, so the runners' context managers stop their processes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    from pydantic import ValidationError
+
+    from service.auth.keyring import KeyConfigError
+    from service.client.errors import APIError, RagserveClientError
+    from service.config import UnknownSetting
     from service.runners.launcher import RunnerConfigError, RunnerStartError
     from service.store.errors import StoreError
 
@@ -312,9 +399,21 @@ def main(argv: list[str] | None = None) -> None:
         args.func(args)
     except KeyboardInterrupt:
         print("stopping.", file=sys.stderr)
+    except (UnknownSetting, KeyConfigError) as exc:
+        print(f"ragserve: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except ValidationError as exc:
+        print(f"ragserve: invalid settings: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     except (RunnerConfigError, RunnerStartError, StoreError) as exc:
         print(f"ragserve: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except APIError as exc:  # the API refused: its envelope, as it said it
+        print(f"ragserve: error {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except RagserveClientError as exc:
+        print(f"ragserve: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

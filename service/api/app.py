@@ -11,14 +11,15 @@ import httpx
 from fastapi import FastAPI
 from qdrant_client import AsyncQdrantClient
 
-from indexer.queue_sqlite import SqliteJobQueue
+from indexer.queue_factory import open_queue
 from service import __version__
 from service.api.errors import install_error_handlers
 from service.api.limits import BodySizeLimit
 from service.api.metrics import Metrics, MetricsMiddleware
 from service.api.openapi import install_openapi
-from service.api.routes import chat, collections, health, ingest, passthrough, search
+from service.api.routes import chat, collections, deletion, health, ingest, mcp, passthrough, playground, search
 from service.api.state import Services
+from service.auth.keyring import KeyConfigError, keyring_from_settings
 from service.clients.embeddings import EmbeddingClient
 from service.clients.generation import GenerationClient
 from service.clients.rerank import RerankClient
@@ -28,6 +29,7 @@ from service.documents.writer import DocumentWriter
 from service.generation.chat import ChatHandler
 from service.generation.image_query import ImageQueryWriter
 from service.media.service import MediaService
+from service.observability.requests import RequestContextMiddleware, TracingMiddleware
 from service.profiles import get_profile, resolve_generator
 from service.search.service import SearchService
 from service.security.fetch import Resolver, SafeFetcher
@@ -54,11 +56,15 @@ async def build_services(
     profile = get_profile(settings.profile)
     up = settings.upstream
 
-    def runner(name: str, url: str, timeout_s: float, max_concurrency: int | None = None) -> RunnerClient:
+    def runner(name: str, url: str, timeout_s: float, max_concurrency: int | None = None,
+               unavailable_code: str | None = None) -> RunnerClient:
         return RunnerClient(
             name, url, timeout_s=timeout_s, connect_timeout_s=up.connect_timeout_s,
             max_concurrency=max_concurrency or up.max_concurrency, acquire_timeout_s=up.acquire_timeout_s,
-            retries=up.retries, backoff_s=up.backoff_s, transport=transports.get(name),
+            retries=up.retries, backoff_s=up.backoff_s, bulk_max_inflight=up.bulk_max_inflight,
+            breaker_threshold=up.breaker_threshold, probe_interval_s=up.probe_interval_s,
+            probe_timeout_s=up.probe_timeout_s, unavailable_retry_after_s=up.unavailable_retry_after_s,
+            unavailable_code=unavailable_code, transport=transports.get(name),
         )
 
     if settings.embed_dimensions is not None:
@@ -80,7 +86,12 @@ async def build_services(
             instruction=settings.rerank_instruction,
             truncate_tokens=_window(profile.reranker.max_tokens, settings),
         )
-    store = await open_store(settings, client=store_client)
+    jobs = await open_queue(settings)
+    try:
+        store = await open_store(settings, client=store_client)
+    except BaseException:
+        await jobs.close()
+        raise
     ss = settings.search
     search_service = SearchService(
         store, embedder, reranker, max_rerank_candidates=settings.limits.max_rerank_candidates,
@@ -90,7 +101,6 @@ async def build_services(
     writer = DocumentWriter(store, embedder, settings.limits)
     fetcher = SafeFetcher.from_settings(settings.fetch, resolver=resolver, acquire_timeout_s=up.acquire_timeout_s)
     media = MediaService(settings.media, fetcher)
-    jobs = SqliteJobQueue(settings.job_db_path)
     services = Services(
         settings, profile, store, embedder, reranker, search_service, writer, metrics, jobs, fetcher, media
     )
@@ -98,7 +108,8 @@ async def build_services(
     model = resolve_generator(profile, enabled=gs.enabled, model=gs.model)
     if model is not None:
         services.generator = GenerationClient(
-            runner("generate", settings.runners.generate_url, gs.timeout_s, gs.max_concurrency), model,
+            runner("generate", settings.runners.generate_url, gs.timeout_s, gs.max_concurrency,
+                   unavailable_code="generation_unavailable"), model,
             adapters=gs.lora_adapters,
         )
         services.image_queries = ImageQueryWriter(
@@ -121,8 +132,10 @@ def create_app(
 ) -> FastAPI:
     """The API. ``with_worker`` also runs an indexing worker in this process: the way to use the embedded
     store, which only one process may open. The other arguments are test hooks (see build_services)."""
-    if not settings.api_keys:
-        raise ValueError("no API keys configured: set RAGSERVE_API_KEYS (every route but /health needs one)")
+    keyring = keyring_from_settings(settings)
+    if not len(keyring):
+        raise KeyConfigError("no API keys configured: set RAGSERVE_API_KEYS, RAGSERVE_API_KEYS_FILE or "
+                         "RAGSERVE_API_KEY_HASHES (every route but /health needs one)")
     metrics = Metrics()
 
     @asynccontextmanager
@@ -153,11 +166,15 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.metrics = metrics
+    app.state.keyring = keyring
     install_error_handlers(app)
     install_openapi(app, settings, get_profile(settings.profile))
-    for router in (health.router, collections.router, ingest.router, search.router, passthrough.router, chat.router):
+    for router in (health.router, collections.router, deletion.router, ingest.router, search.router, passthrough.router,
+                   chat.router, mcp.router, playground.router):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes,
                        upload_max_bytes=settings.limits.max_upload_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(TracingMiddleware)
+    app.add_middleware(RequestContextMiddleware)  # outermost: even a refused body gets its id
     return app

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.api.state import Services
+from service.auth.keyring import KeyRing
+from service.auth.policy import scopes_for
+from service.auth.principal import Principal
 from service.errors import Unauthorized
+from service.observability.context import current
 
-bearer = HTTPBearer(auto_error=False, description="An API key from RAGSERVE_API_KEYS.")
+bearer = HTTPBearer(auto_error=False, description="An API key: RAGSERVE_API_KEYS, or a hashed entry with scopes.")
 
 
 async def get_services(request: Request) -> Services:
@@ -23,18 +26,29 @@ ServicesDep = Annotated[Services, Depends(get_services)]
 
 
 async def require_api_key(
-    services: ServicesDep,
+    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> None:
+) -> Principal:
+    """Who the request is (401 without a valid key), and whether the route's policy lets it in: the
+    scopes of ``service.auth.policy`` (403 ``insufficient_scope``) and, for routes with a ``{name}``, the
+    key's collection allowlist (403 ``collection_not_allowed``). Collections named in a body are checked
+    by their route."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'", code="missing_api_key")
-    offered = credentials.credentials.encode()
-    # Compare with every key (no early exit), in constant time per key.
-    matched = False
-    for key in services.settings.api_keys:
-        matched |= hmac.compare_digest(offered, key.get_secret_value().encode())
-    if not matched:
+    keyring: KeyRing = request.app.state.keyring
+    principal = await keyring.authenticate(credentials.credentials)
+    if principal is None:
         raise Unauthorized("invalid API key")
+    context = current()
+    if context is not None:
+        context.key_id = principal.id
+    method = "GET" if request.method == "HEAD" else request.method
+    principal.require(scopes_for(method, getattr(request.scope.get("route"), "path", "")))
+    name = request.path_params.get("name")
+    if name is not None:
+        principal.check_collection(name, param="name")
+    return principal
 
 
 ApiKey = Depends(require_api_key)
+PrincipalDep = Annotated[Principal, Depends(require_api_key)]

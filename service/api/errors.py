@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -13,12 +14,13 @@ from service.api.json_body import BodyError
 from service.api.schemas.common import ERROR_CODES
 from service.api.schemas.errors import ErrorBody, ErrorResponse
 from service.clients.errors import UpstreamError
-from service.errors import RagserveError
+from service.errors import InsufficientStorage, RagserveError, is_disk_full
 
 log = logging.getLogger("ragserve.api")
 
 STATUS_TYPES = {400: "invalid_request", 401: "authentication_error", 404: "not_found", 405: "invalid_request",
-                413: "invalid_request", 415: "invalid_request", 422: "invalid_request", 429: "overloaded"}
+                413: "invalid_request", 415: "invalid_request", 422: "invalid_request", 429: "overloaded",
+                507: "insufficient_storage"}
 
 
 def error_response(
@@ -92,8 +94,20 @@ async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, "internal_error", "internal_error", "internal server error")
 
 
+async def _storage_error(request: Request, exc: Exception) -> JSONResponse:
+    """An OS or SQLite error: 507 when the data disk is full (an upload, the job queue), else a 500."""
+    if not is_disk_full(exc):
+        return await _unhandled(request, exc)
+    log.error("%s %s: the data disk is full (%s)", request.method, request.url.path, exc)
+    full = InsufficientStorage("the data disk is full: nothing was written; searches go on, and writes work again "
+                               "once space is freed")
+    return error_response(full.status_code, full.type, full.code, full.message)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RagserveError, _ragserve_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(OSError, _storage_error)
+    app.add_exception_handler(sqlite3.OperationalError, _storage_error)
     app.add_exception_handler(Exception, _unhandled)

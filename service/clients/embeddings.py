@@ -4,6 +4,9 @@ Queries are formatted with the profile's instruction template (Qwen3: ``Instruct
 documents are sent as they are. Inputs longer than the model's window are truncated by the runner
 (``truncate_prompt_tokens``) so a long chunk never fails a whole batch.
 
+Queries (and the passthrough) travel in the runner client's ``query`` lane; documents in the ``bulk`` lane, so
+indexing never makes a search wait for a slot (:mod:`service.clients.lanes`).
+
 Vectors travel as base64 float32 (``encoding_format: base64``): the same bytes the runner computed, a
 quarter of the JSON text, and decoded by numpy instead of parsed number by number on the event loop (a
 batch of 600 vectors of 1024 dims is 600k floats).
@@ -20,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from service.clients.errors import UpstreamError
+from service.clients.lanes import Lane
 from service.clients.runner import RunnerClient
 from service.profiles import EmbeddingModel
 
@@ -49,30 +53,33 @@ class EmbeddingClient:
         self, query: str, *, task: str | None = None, dimensions: int | None = None
     ) -> list[float]:
         text = self.model.format_query(query, task or self._query_task)
-        (vector,) = await self._embed_batch([text], timeout_s=None, dimensions=dimensions)
+        (vector,) = await self._embed_batch([text], timeout_s=None, dimensions=dimensions, lane="query")
         return vector
 
     async def embed_documents(
-        self, texts: Sequence[str], *, dimensions: int | None = None
+        self, texts: Sequence[str], *, dimensions: int | None = None, lane: Lane = "bulk"
     ) -> list[list[float]]:
-        """Embed ``texts`` in batches sent concurrently (bounded by the runner client's slots)."""
+        """Embed ``texts`` in batches sent concurrently (bounded by the runner client's slots of ``lane``)."""
         batches = [texts[i : i + self._batch_size] for i in range(0, len(texts), self._batch_size)]
-        results = await asyncio.gather(
-            *(self._embed_batch(list(b), timeout_s=self._batch_timeout_s, dimensions=dimensions) for b in batches)
-        )
+        results = await asyncio.gather(*(
+            self._embed_batch(list(b), timeout_s=self._batch_timeout_s, dimensions=dimensions, lane=lane)
+            for b in batches
+        ))
         return [vector for batch in results for vector in batch]
 
-    async def embed_batch(self, texts: list[str], *, dimensions: int | None = None) -> list[list[float]]:
+    async def embed_batch(
+        self, texts: list[str], *, dimensions: int | None = None, lane: Lane = "bulk"
+    ) -> list[list[float]]:
         """Exactly one request for ``texts`` (the indexer sizes its batches by tokens itself)."""
-        return await self._embed_batch(texts, timeout_s=self._batch_timeout_s, dimensions=dimensions)
+        return await self._embed_batch(texts, timeout_s=self._batch_timeout_s, dimensions=dimensions, lane=lane)
 
     async def passthrough(self, body: dict[str, Any]) -> Any:
         """Forward an OpenAI-style request as it is, with the served model name filled in."""
         body = {**body, "model": self.model.name}
-        return await self.runner.post_json("/v1/embeddings", body)
+        return await self.runner.post_json("/v1/embeddings", body, lane="query")
 
     async def _embed_batch(
-        self, texts: list[str], *, timeout_s: float | None, dimensions: int | None
+        self, texts: list[str], *, timeout_s: float | None, dimensions: int | None, lane: Lane
     ) -> list[list[float]]:
         dims = dimensions or self.dimensions
         body: dict[str, Any] = {
@@ -83,7 +90,7 @@ class EmbeddingClient:
         }
         if dims != self.model.dimensions:
             body["dimensions"] = dims
-        payload = await self.runner.post_json("/v1/embeddings", body, timeout_s=timeout_s)
+        payload = await self.runner.post_json("/v1/embeddings", body, timeout_s=timeout_s, lane=lane)
         try:
             data = sorted(payload["data"], key=lambda item: item["index"])
             vectors = [np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4").tolist() for item in data]

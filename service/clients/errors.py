@@ -3,7 +3,7 @@
 Hierarchy::
 
     UpstreamError (502 bad_gateway)            the runner answered something we cannot use
-    ├── UpstreamUnavailable (503)               connection refused/reset, 5xx after retries
+    ├── UpstreamUnavailable (503, Retry-After)  connection refused/reset, 5xx after retries, runner known down
     ├── UpstreamTimeout (504)                   no answer within the per-call timeout
     ├── UpstreamOverloaded (503, Retry-After)   the runner answered 429, or our own slots are full
     └── UpstreamRejected (422)                  the runner refused the input (4xx), e.g. too long
@@ -27,6 +27,18 @@ class UpstreamError(RagserveError):
 class UpstreamUnavailable(UpstreamError):
     status_code = 503
     code = "upstream_unavailable"
+
+    def __init__(
+        self, runner: str, message: str, *, code: str | None = None, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(runner, message, code=code)
+        self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        if self.retry_after_s is None:
+            return {}
+        return {"Retry-After": str(max(1, round(self.retry_after_s)))}
 
 
 class UpstreamTimeout(UpstreamError):

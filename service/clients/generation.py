@@ -38,7 +38,8 @@ class GenerationClient:
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """A whole (non-streamed) chat completion. Not retried: a generation is not idempotent work."""
-        payload = await self.runner.post_json("/v1/chat/completions", {**body, "stream": False}, idempotent=False)
+        payload = await self.runner.post_json("/v1/chat/completions", {**body, "stream": False}, lane="query",
+                                              idempotent=False)
         if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list) or not payload["choices"]:
             raise UpstreamError(self.runner.name, "chat completion has an unexpected shape")
         return payload
@@ -55,6 +56,10 @@ class GenerationClient:
         """Open a streamed completion; the block gets its events, ``(raw, decoded)``, until ``[DONE]``."""
         async with self.runner.stream_post("/v1/chat/completions", {**body, "stream": True}) as response:
             yield self.runner.sse_events(response)
+
+    async def check_available(self) -> None:
+        """Raise the runner's 503 (``generation_unavailable``) at once when it is known down."""
+        await self.runner.check_available()
 
     async def health(self) -> bool:
         return await self.runner.health()

@@ -49,7 +49,7 @@ class RerankClient:
             "truncate_prompt_tokens": self._truncate,
             "chat_template_kwargs": {"instruction": instruction or self.instruction},
         }
-        payload = await self.runner.post_json("/rerank", body)
+        payload = await self.runner.post_json("/rerank", body, lane="query")
         try:
             results = [
                 RerankResult(index=int(r["index"]), score=float(r["relevance_score"]))
@@ -66,4 +66,4 @@ class RerankClient:
         instruction = body.pop("instruction", None)
         if instruction is not None:
             body["chat_template_kwargs"] = {**body.get("chat_template_kwargs", {}), "instruction": instruction}
-        return await self.runner.post_json("/rerank", body)
+        return await self.runner.post_json("/rerank", body, lane="query")

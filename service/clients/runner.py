@@ -1,11 +1,20 @@
-"""One HTTP connection pool to one vLLM runner, with bounded concurrency, per-call timeouts and
-retries with exponential backoff for idempotent calls.
+"""One HTTP connection pool to one vLLM runner: two lanes of slots, one deadline per call, retries with
+exponential backoff, and a breaker that notices a runner is down.
 
-Retry policy: connection failures, 429 and 5xx are retried (honouring ``Retry-After``, capped)
-while the call's deadline allows; a read timeout is not retried, because a runner that did not answer
-within the timeout will not answer a copy of the request faster, and the caller must hear back within
-its own timeout. Waiting for a concurrency slot is bounded too: past ``acquire_timeout_s`` the call
-fails with :class:`~service.errors.Overloaded` (429) instead of queueing without limit.
+Each call runs in a lane (:mod:`service.clients.lanes`): ``query`` or ``bulk``. Each call has one deadline
+(:mod:`service.deadline`), its timeout, that every wait draws on: the slot, each attempt, each
+backoff. Retry policy, inside that deadline:
+
+- a connection that could not be made (refused, connect timeout) is retried for every call, idempotent or
+  not: nothing was sent;
+- a connection lost mid-request, 429 and 5xx are retried for idempotent calls (honouring ``Retry-After``,
+  capped);
+- no answer before the deadline is :class:`UpstreamTimeout` (504): there is no time left to retry;
+- a query gives up after ``retries`` retries; a bulk call retries connection failures and a runner that is
+  down for as long as its deadline allows (an indexing job waits for a runner to come back).
+
+A runner that fails ``breaker_threshold`` connections in a row is taken as down (:mod:`service.clients.breaker`):
+queries then answer 503 with ``Retry-After`` at once, after at most one short ``/health`` probe.
 """
 
 from __future__ import annotations
@@ -13,13 +22,13 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 
+from service.clients.breaker import Breaker
 from service.clients.errors import (
     UpstreamError,
     UpstreamOverloaded,
@@ -27,10 +36,12 @@ from service.clients.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from service.errors import Overloaded
+from service.clients.lanes import Lane, Lanes
+from service.deadline import Deadline
 
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
 MAX_RETRY_AFTER_S = 5.0
+MAX_BACKOFF_S = 2.0
 
 
 class RunnerClient:
@@ -45,84 +56,112 @@ class RunnerClient:
         acquire_timeout_s: float = 5.0,
         retries: int = 2,
         backoff_s: float = 0.2,
+        bulk_max_inflight: int = 2,
+        breaker_threshold: int = 3,
+        probe_interval_s: float = 1.0,
+        probe_timeout_s: float = 1.0,
+        unavailable_retry_after_s: float = 5.0,
+        unavailable_code: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """``unavailable_code`` replaces ``upstream_unavailable`` in this runner's 503s (the generator's
+        say ``generation_unavailable``, so a client can tell which capability is away)."""
         self.name = name
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self._connect_timeout_s = connect_timeout_s
         self._retries = retries
         self._backoff_s = backoff_s
-        self._acquire_timeout_s = acquire_timeout_s
-        self._slots = asyncio.Semaphore(max_concurrency)
+        self._retry_after_s = unavailable_retry_after_s
+        self._unavailable_code = unavailable_code
+        self.lanes = Lanes(name, query_slots=max_concurrency, bulk_slots=bulk_max_inflight,
+                           acquire_timeout_s=acquire_timeout_s)
+        self.breaker = Breaker(self._probe, threshold=breaker_threshold, interval_s=probe_interval_s,
+                               probe_timeout_s=probe_timeout_s)
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
+            limits=httpx.Limits(max_connections=self.lanes.total, max_keepalive_connections=self.lanes.total),
             transport=transport,
         )
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def health(self) -> bool:
+    async def health(self, timeout_s: float = 2.0) -> bool:
         try:
-            response = await self._http.get("/health", timeout=2.0)
+            response = await self._http.get("/health", timeout=timeout_s)
         except httpx.HTTPError:
             return False
         return response.status_code == 200
 
+    async def _probe(self, timeout_s: float) -> bool:
+        try:
+            return await asyncio.wait_for(self.health(timeout_s), timeout_s + 0.1)
+        except asyncio.TimeoutError:
+            return False
+
     async def post_json(
-        self, path: str, body: dict[str, Any], *, idempotent: bool = True, timeout_s: float | None = None
+        self, path: str, body: dict[str, Any], *, lane: Lane = "query", idempotent: bool = True,
+        timeout_s: float | None = None,
     ) -> Any:
         """POST ``body`` and return the decoded JSON answer, or raise an :class:`UpstreamError`.
 
-        ``timeout_s`` replaces the client's timeout for this call (bulk embedding waits longer than a query).
+        ``timeout_s`` replaces the client's timeout as this call's deadline (bulk embedding waits longer than
+        a query); the slot, every attempt and every backoff fit in it.
         """
-        async with self._slot():
-            return await self._post_with_retries(
-                path, body, idempotent=idempotent, timeout_s=timeout_s or self.timeout_s
-            )
-
-    @asynccontextmanager
-    async def _slot(self) -> AsyncIterator[None]:
-        """One of ``max_concurrency`` slots, or :class:`~service.errors.Overloaded` (429) after waiting
-        ``acquire_timeout_s``: saturation answers at once instead of queueing without bound."""
-        try:
-            await asyncio.wait_for(self._slots.acquire(), self._acquire_timeout_s)
-        except asyncio.TimeoutError:
-            raise Overloaded(
-                f"too many requests in flight to the {self.name} runner", retry_after_s=1.0
-            ) from None
-        try:
-            yield
-        finally:
-            self._slots.release()
+        deadline = Deadline(timeout_s or self.timeout_s)
+        async with self.lanes.slot(lane, deadline):
+            return await self._post_with_retries(path, body, lane=lane, idempotent=idempotent, deadline=deadline)
 
     @asynccontextmanager
     async def stream_post(
         self, path: str, body: dict[str, Any], *, timeout_s: float | None = None
     ) -> AsyncIterator[httpx.Response]:
-        """POST ``body`` and hold the streamed answer open (and one slot taken) for the ``async with`` block.
+        """POST ``body`` and hold the streamed answer open (and one query slot taken) for the ``async with``
+        block.
 
         A 4xx/5xx answer raises the same :class:`UpstreamError` as :meth:`post_json`, before the block runs,
-        so the caller can still answer in the error envelope. Streams are not retried. Leaving the block
-        (also by cancellation, when the client went away) closes the connection, which makes vLLM abort
-        the request and free its slot in the batch.
+        so the caller can still answer in the error envelope. A connection that could not be made is retried
+        inside the deadline (nothing was sent); nothing else is. Leaving the block (also by cancellation, when
+        the client went away) closes the connection, which makes vLLM abort the request and free its slot in
+        the batch.
         """
-        async with self._slot():
-            timeout = httpx.Timeout(timeout_s or self.timeout_s, connect=self._connect_timeout_s)
-            request = self._http.build_request("POST", path, json=body, timeout=timeout)
-            try:
-                response = await self._http.send(request, stream=True)
-            except httpx.TimeoutException as exc:
-                raise UpstreamTimeout(self.name, f"no answer within {timeout_s or self.timeout_s:g}s") from exc
-            except httpx.TransportError as exc:
-                raise UpstreamUnavailable(self.name, f"cannot connect ({type(exc).__name__})") from exc
+        timeout_s = timeout_s or self.timeout_s
+        deadline = Deadline(timeout_s)
+        async with self.lanes.slot("query", deadline):
+            attempt = 0
+            while True:
+                trial = await self._admit("query", deadline)
+                connect = min(self._connect_timeout_s, deadline.remaining())
+                request = self._http.build_request(
+                    "POST", path, json=body, timeout=httpx.Timeout(timeout_s, connect=connect)
+                )
+                try:
+                    response = await asyncio.wait_for(self._http.send(request, stream=True), deadline.remaining())
+                except asyncio.CancelledError:
+                    if trial:
+                        self.breaker.release_trial()
+                    raise
+                except (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as exc:
+                    self.breaker.failed(connection=False)
+                    raise UpstreamTimeout(self.name, f"no answer within {timeout_s:g}s") from exc
+                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                    self.breaker.failed()
+                    if not self._may_retry("query", attempt, deadline, None):
+                        raise self._unavailable(f"cannot connect ({type(exc).__name__})") from exc
+                    await asyncio.sleep(self._delay(attempt, None))
+                    attempt += 1
+                    continue
+                except httpx.TransportError as exc:
+                    self.breaker.failed()
+                    raise self._unavailable(f"connection lost ({type(exc).__name__})") from exc
+                self.breaker.succeeded()
+                break
             try:
                 if response.status_code >= 400:
                     await response.aread()
-                    raise _status_error(self.name, response, _retry_after(response))
+                    raise self._status_error(response, _retry_after(response))
                 yield response
             finally:
                 await response.aclose()
@@ -146,46 +185,95 @@ class RunnerClient:
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout(self.name, "stopped streaming (read timeout)") from exc
         except httpx.HTTPError as exc:
-            raise UpstreamUnavailable(self.name, f"stream broken ({type(exc).__name__})") from exc
+            raise self._unavailable(f"stream broken ({type(exc).__name__})") from exc
 
     async def _post_with_retries(
-        self, path: str, body: dict[str, Any], *, idempotent: bool, timeout_s: float
+        self, path: str, body: dict[str, Any], *, lane: Lane, idempotent: bool, deadline: Deadline
     ) -> Any:
-        deadline = time.monotonic() + timeout_s
-        attempts = 1 + (self._retries if idempotent else 0)
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
+        attempt = 0
+        while True:
+            trial = await self._admit(lane, deadline)
+            retry_after: float | None = None
             try:
-                timeout = httpx.Timeout(timeout_s, connect=self._connect_timeout_s)
-                response = await self._http.post(path, json=body, timeout=timeout)
-            except httpx.TimeoutException as exc:
-                raise UpstreamTimeout(self.name, f"no answer within {timeout_s:g}s") from exc
-            except httpx.TransportError as exc:
-                if last or not self._sleep_fits(attempt, deadline, None):
-                    raise UpstreamUnavailable(self.name, f"cannot connect ({type(exc).__name__})") from exc
-                await asyncio.sleep(self._delay(attempt, None))
-                continue
-            if response.status_code in RETRYABLE_STATUS:
-                retry_after = _retry_after(response)
-                if last or not self._sleep_fits(attempt, deadline, retry_after):
-                    raise _status_error(self.name, response, retry_after)
-                await asyncio.sleep(self._delay(attempt, retry_after))
-                continue
-            if response.status_code >= 400:
-                raise _status_error(self.name, response, None)
-            try:
-                return response.json()
-            except ValueError as exc:
-                raise UpstreamError(self.name, "answered with invalid JSON") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+                # The httpx timeouts bound each phase; wait_for bounds the whole attempt by what is left.
+                left = deadline.remaining()
+                timeout = httpx.Timeout(left, connect=min(self._connect_timeout_s, left))
+                response = await asyncio.wait_for(self._http.post(path, json=body, timeout=timeout), left)
+            except asyncio.CancelledError:
+                if trial:
+                    self.breaker.release_trial()
+                raise
+            except (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as exc:
+                self.breaker.failed(connection=False)
+                raise UpstreamTimeout(self.name, f"no answer within {deadline.timeout_s:g}s") from exc
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent: safe to send again
+                self.breaker.failed()
+                failure: UpstreamError = self._unavailable(f"cannot connect ({type(exc).__name__})")
+                cause: BaseException | None = exc
+                retryable = connection = True
+            except httpx.TransportError as exc:  # lost mid-request: the runner may have done the work
+                self.breaker.failed()
+                failure = self._unavailable(f"connection lost ({type(exc).__name__})")
+                cause, retryable, connection = exc, idempotent, True
+            else:
+                self.breaker.succeeded()
+                if response.status_code in RETRYABLE_STATUS:
+                    retry_after = _retry_after(response)
+                    failure = self._status_error(response, retry_after)
+                    cause, retryable, connection = None, idempotent, False
+                elif response.status_code >= 400:
+                    raise self._status_error(response, None)
+                else:
+                    try:
+                        return response.json()
+                    except ValueError as exc:
+                        raise UpstreamError(self.name, "answered with invalid JSON") from exc
+            if not retryable or not self._may_retry(lane, attempt, deadline, retry_after, connection=connection):
+                raise failure from cause
+            await asyncio.sleep(self._delay(attempt, retry_after))
+            attempt += 1
+
+    async def check_available(self) -> None:
+        """Raise :class:`UpstreamUnavailable` now when the runner is known down (and a due probe agrees): a
+        caller with work to do before its request (retrieval before generation) need not do it in vain."""
+        if await self.breaker.known_down(Deadline(self._connect_timeout_s)):
+            raise self._unavailable("runner is down (its /health does not answer)")
+
+    async def _admit(self, lane: Lane, deadline: Deadline) -> bool:
+        """Go ahead unless the runner is known down: then a query fails now, a bulk call waits its deadline.
+        True when this attempt is the breaker's half-open trial."""
+        if lane == "bulk":
+            admitted = await self.breaker.wait_admitted(deadline)
+        else:
+            admitted = await self.breaker.admit(deadline)
+        if not admitted:
+            state = self.breaker.state
+            why = "its /health does not answer" if state == "open" else "coming back: one request at a time tries it"
+            raise self._unavailable(f"runner is down ({why})")
+        return self.breaker.state == "half_open"
+
+    def _may_retry(self, lane: Lane, attempt: int, deadline: Deadline, retry_after: float | None, *,
+                   connection: bool = True) -> bool:
+        if not deadline.allows(self._delay(attempt, retry_after)):
+            return False
+        if lane == "bulk" and connection:
+            return True  # a bulk call outwaits a runner that went away, as long as its deadline allows
+        return attempt < self._retries
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return min(retry_after, MAX_RETRY_AFTER_S)
-        return self._backoff_s * (2**attempt) * (0.5 + random.random())
+        return min(self._backoff_s * (2 ** min(attempt, 16)), MAX_BACKOFF_S) * (0.5 + random.random())
 
-    def _sleep_fits(self, attempt: int, deadline: float, retry_after: float | None) -> bool:
-        return time.monotonic() + self._delay(attempt, retry_after) < deadline
+    def _unavailable(self, message: str) -> UpstreamUnavailable:
+        return UpstreamUnavailable(self.name, message, code=self._unavailable_code,
+                                   retry_after_s=self._retry_after_s)
+
+    def _status_error(self, response: httpx.Response, retry_after: float | None) -> UpstreamError:
+        error = _status_error(self.name, response, retry_after)
+        if type(error) is UpstreamUnavailable:
+            return self._unavailable(str(error.message).removeprefix(f"{self.name} runner: "))
+        return error
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -3,14 +3,12 @@ through the API, answer a query, and keep serving until Ctrl-C."""
 
 from __future__ import annotations
 
-import json
 import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from service.client import Client
 from service.config import Settings
 from service.runners.launcher import runner_specs, running
 from service.server import BackgroundServer, ensure_api_key
@@ -20,23 +18,15 @@ SAMPLE_QUERY = "How do plants turn sunlight into energy?"
 
 def index_and_query(base_url: str, key: str, collection: str, query: str) -> dict[str, Any]:
     """Index the sample through an ingest job (upload → worker → Qdrant), then query it."""
-    from indexer import cli as icli
-
     sample = (resources.files("service.demo") / "sample.jsonl").read_bytes()
-    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
-        if client.get(f"/v1/collections/{collection}").status_code == 404:
-            client.post("/v1/collections", json={"name": collection}).raise_for_status()
-        r = client.post(f"/v1/collections/{collection}/ingest", files=[("files", ("sample.jsonl", sample))],
-                        data={"options": json.dumps({"source_name": "demo-sample"})})
-        r.raise_for_status()
-        job = icli.follow(client, r.json()["id"], quiet=True, poll_s=0.2)
-        c = job["counts"]
-        print(f"indexed {c['documents_indexed'] + c['documents_unchanged']} documents into '{collection}' "
-              f"(job {job['state']})")
-        r = client.post("/v1/search", json={"collection": collection, "query": query, "top_k": 3})
-        r.raise_for_status()
-        result: dict[str, Any] = r.json()
-        return result
+    with Client(base_url, key) as client:
+        client.ensure_collection(collection)
+        job = client.ingest_files(collection, {"sample.jsonl": sample}, options={"source_name": "demo-sample"},
+                                  poll_s=0.2)
+        c = job.counts
+        print(f"indexed {c.documents_indexed + c.documents_unchanged} documents into '{collection}' "
+              f"(job {job.state})")
+        return client.search(collection, query, top_k=3).model_dump()
 
 
 def run_demo(settings: Settings, *, collection: str = "sample", query: str = SAMPLE_QUERY,
@@ -45,7 +35,8 @@ def run_demo(settings: Settings, *, collection: str = "sample", query: str = SAM
     key = generated or settings.api_keys[0].get_secret_value()
     specs = runner_specs(settings)
     print(f"starting {len(specs)} vLLM runner(s) for profile '{settings.profile}' (first start: ~1 minute)...")
-    with running(specs, log_dir=Path(settings.data_dir) / "logs", timeout_s=settings.runners.startup_timeout_s):
+    with running(specs, log_dir=Path(settings.data_dir) / "logs", timeout_s=settings.runners.startup_timeout_s,
+                 supervise=True):
         for s in specs:
             print(f"  {s.name} runner: {s.url} ({s.served_name})")
         server = BackgroundServer(settings, with_worker=True)

@@ -2,7 +2,8 @@
 
 Everything is checked before anything is written: a request that breaks a limit, or carries a vector
 of the wrong size, changes nothing. Embedding happens before the single upsert, so a runner failure
-also leaves the collection as it was.
+also leaves the collection as it was. A tenant's documents are stamped with its value (replacing whatever
+their metadata said) and replace only that tenant's earlier versions (``service.store.tenancy``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from service.config import Limits
 from service.errors import InvalidInput, PayloadTooLarge
 from service.sparse.normalisation import SparseNormaliser
 from service.store.base import VectorStore
+from service.store.tenancy import Tenant, write_scope
 from service.store.types import Chunk
 
 
@@ -91,9 +93,14 @@ class DocumentWriter:
                     param=f"{where}.vector",
                 )
 
-    async def write(self, collection: str, documents: Sequence[NewDocument]) -> WriteResult:
+    async def write(self, collection: str, documents: Sequence[NewDocument], *,
+                    tenant: Tenant | None = None) -> WriteResult:
         info = await self.store.describe(collection)
         self.validate(documents, info.dimensions)
+        self.store.check_writable()  # a full data disk: 507 before any embedding is spent
+        if tenant is not None:
+            documents = [NewDocument(d.id, d.text, tenant.stamp(d.metadata), d.vector) for d in documents]
+            await self.store.ensure_tenant_index(collection, tenant.field)
         timings: dict[str, float] = {}
         to_embed = [i for i, d in enumerate(documents) if d.vector is None]
         vectors: list[list[float] | None] = [d.vector for d in documents]
@@ -106,17 +113,19 @@ class DocumentWriter:
                     code="dimension_mismatch",
                 ) from exc
             t = time.perf_counter()
-            embedded = await self.embedder.embed_documents(
-                [documents[i].text for i in to_embed], dimensions=info.dimensions
+            embedded = await self.embedder.embed_documents(  # the bulk lane: never in a query's way
+                [documents[i].text for i in to_embed], dimensions=info.dimensions, lane="bulk"
             )
             timings["embed"] = round((time.perf_counter() - t) * 1000, 3)
             for i, vector in zip(to_embed, embedded, strict=True):
                 vectors[i] = vector
-        chunks = [Chunk(d.id, 0, d.text, d.metadata, content_hash=content_hash(d.text, d.metadata))
+        ns = tenant.namespace if tenant is not None else None
+        chunks = [Chunk(d.id, 0, d.text, d.metadata, content_hash=content_hash(d.text, d.metadata), tenant=ns)
                   for d in documents]
         t = time.perf_counter()
         # Replaces every chunk a document had before (the indexer may have split it into several).
         sparse = await self.sparse.vectors(collection, [c.text for c in chunks])
-        await self.store.replace_documents(collection, chunks, [v for v in vectors if v is not None], sparse)
+        await self.store.replace_documents(collection, chunks, [v for v in vectors if v is not None], sparse,
+                                           scope=write_scope(tenant))
         timings["upsert"] = round((time.perf_counter() - t) * 1000, 3)
         return WriteResult(upserted=len(documents), embedded=len(to_embed), timings_ms=timings)

@@ -7,13 +7,16 @@ import asyncio
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
 
-import httpx
 import numpy as np
 
+from service.client import AsyncClient, Document
+from service.client.api import Mode
 from service.evaluation.dataset import BeirDataset
 from service.evaluation.metrics import Run, evaluate
+
+Fusion = Literal["rrf", "dbsf"] | None
 
 
 @dataclass
@@ -25,35 +28,22 @@ class EvalReport:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class EvalError(RuntimeError):
-    pass
-
-
-def _check(r: httpx.Response) -> Any:
-    if r.status_code >= 400:
-        raise EvalError(f"{r.request.method} {r.request.url.path} -> {r.status_code}: {r.text[:500]}")
-    return r.json() if r.content else None
-
-
 async def ensure_indexed(
-    client: httpx.AsyncClient, dataset: BeirDataset, collection: str, *, batch_size: int = 256,
+    client: AsyncClient, dataset: BeirDataset, collection: str, *, batch_size: int = 256,
     concurrency: int = 1, progress: bool = True,
 ) -> int:
     """Create ``collection`` and upsert the corpus through the documents endpoint, unless it holds points."""
-    r = await client.get(f"/v1/collections/{collection}")
-    if r.status_code == 404:
-        _check(await client.post("/v1/collections", json={"name": collection}))
-    elif _check(r)["points"] > 0:
+    if (await client.ensure_collection(collection)).points > 0:
         return 0
-    docs = list(dataset.corpus())
+    docs = [Document(d["id"], d["text"], d.get("metadata") or {}) for d in dataset.corpus()]
     slots = asyncio.Semaphore(concurrency)
     done = 0
     started = time.monotonic()
 
-    async def send(batch: list[dict[str, Any]]) -> None:
+    async def send(batch: list[Document]) -> None:
         nonlocal done
         async with slots:
-            _check(await client.post(f"/v1/collections/{collection}/documents", json={"documents": batch}))
+            await client.upsert_documents(collection, batch)
         done += len(batch)
         if progress:
             rate = done / max(time.monotonic() - started, 1e-9)
@@ -67,27 +57,24 @@ async def ensure_indexed(
 
 
 async def run_queries(
-    client: httpx.AsyncClient, queries: dict[str, str], collection: str, *, top_k: int = 100,
+    client: AsyncClient, queries: dict[str, str], collection: str, *, top_k: int = 100,
     mode: str | None = None, rerank: bool = False, concurrency: int = 4,
 ) -> tuple[Run, list[float]]:
     slots = asyncio.Semaphore(concurrency)
     run: Run = {}
     latencies: list[float] = []
 
+    name, _, fusion = (mode or "").partition(":")  # "hybrid:dbsf" names a fusion too
+
     async def one(qid: str, text: str) -> None:
-        body: dict[str, Any] = {"collection": collection, "query": text, "top_k": top_k,
-                                "rerank": {"enabled": rerank}}
-        if mode is not None:  # "hybrid:dbsf" names a fusion too
-            body["mode"], _, fusion = mode.partition(":")
-            if fusion:
-                body["fusion"] = fusion
         async with slots:
             t = time.perf_counter()
-            payload = _check(await client.post("/v1/search", json=body))
+            result = await client.search(collection, text, top_k=top_k, rerank=rerank,
+                                         mode=cast(Mode, name or None), fusion=cast(Fusion, fusion or None))
             latencies.append((time.perf_counter() - t) * 1000)
         scores: dict[str, float] = {}
-        for hit in payload["hits"]:  # chunks -> documents: a document scores as its best chunk
-            scores[hit["doc_id"]] = max(scores.get(hit["doc_id"], float("-inf")), float(hit["score"]))
+        for hit in result.hits:  # chunks -> documents: a document scores as its best chunk
+            scores[hit.doc_id] = max(scores.get(hit.doc_id, float("-inf")), hit.score)
         run[qid] = scores
 
     await asyncio.gather(*(one(q, t) for q, t in queries.items()))
@@ -104,8 +91,7 @@ async def evaluate_service(
     modes: list[str | None] | None = None, rerank: bool = False, top_k: int = 100, progress: bool = True,
     timeout_s: float = 300.0,
 ) -> list[EvalReport]:
-    headers = {"Authorization": f"Bearer {api_key}"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout_s) as client:
+    async with AsyncClient(url, api_key, timeout=timeout_s) as client:
         await ensure_indexed(client, dataset, collection, progress=progress)
         qrels = dataset.qrels(split)
         queries = dataset.queries(split)

@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 from dataclasses import dataclass
-from typing import Any
 
-import httpx
 from qdrant_client.http import models
 from qdrant_client.hybrid.fusion import distribution_based_score_fusion, reciprocal_rank_fusion
 
+from service.client import AsyncClient, InvalidRequest, SearchHit
 from service.evaluation.dataset import BeirDataset
 from service.evaluation.metrics import evaluate
 from service.evaluation.runner import ensure_indexed
@@ -43,9 +42,8 @@ class Setting:
         return " ".join(parts)
 
 
-def _points(hits: list[dict[str, Any]]) -> list[models.ScoredPoint]:
-    return [models.ScoredPoint(id=h["id"], version=0, score=h["vector_score"], payload={"doc_id": h["doc_id"]})
-            for h in hits]
+def _points(hits: list[SearchHit]) -> list[models.ScoredPoint]:
+    return [models.ScoredPoint(id=h.id, version=0, score=h.vector_score, payload={"doc_id": h.doc_id}) for h in hits]
 
 
 def fuse(setting: Setting, dense: list[models.ScoredPoint], sparse: list[models.ScoredPoint],
@@ -65,7 +63,7 @@ def grid() -> list[Setting]:
     return out
 
 
-async def candidate_lists(client: httpx.AsyncClient, collection: str, queries: dict[str, str],
+async def candidate_lists(client: AsyncClient, collection: str, queries: dict[str, str],
                           depth: int = 100, concurrency: int = 4) -> dict[str, dict[str, list[models.ScoredPoint]]]:
     slots = asyncio.Semaphore(concurrency)
     out: dict[str, dict[str, list[models.ScoredPoint]]] = {}
@@ -73,14 +71,15 @@ async def candidate_lists(client: httpx.AsyncClient, collection: str, queries: d
     async def one(qid: str, text: str) -> None:
         lists = {}
         for mode in ("dense", "sparse"):
-            async with slots:
-                r = await client.post("/v1/search", json={"collection": collection, "query": text, "top_k": depth,
-                                                          "mode": mode, "rerank": {"enabled": False}})
-            if r.status_code == 400 and mode == "sparse":  # a query with no searchable terms
+            try:
+                async with slots:
+                    result = await client.search(collection, text, top_k=depth, mode=mode, rerank=False)
+            except InvalidRequest as exc:
+                if exc.code != "empty_sparse_query":  # a query with no searchable terms (sparse only)
+                    raise
                 lists[mode] = []
                 continue
-            r.raise_for_status()
-            lists[mode] = _points(r.json()["hits"])
+            lists[mode] = _points(result.hits)
         out[qid] = lists
 
     await asyncio.gather(*(one(q, t) for q, t in queries.items()))
@@ -98,7 +97,7 @@ def score(setting: Setting, lists: dict[str, dict[str, list[models.ScoredPoint]]
 
 async def tune(url: str, api_key: str, dataset: BeirDataset, collection: str, *, split: str = "train",
                progress: bool = True) -> list[tuple[Setting, float]]:
-    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {api_key}"}, timeout=300) as client:
+    async with AsyncClient(url, api_key, timeout=300) as client:
         await ensure_indexed(client, dataset, collection, progress=progress)
         qrels = dataset.qrels(split)
         lists = await candidate_lists(client, collection, dataset.queries(split))

@@ -32,8 +32,10 @@ from service.generation.image_query import ImageQueryWriter
 from service.generation.prompts import GROUNDED_SYSTEM_PROMPT, grounded_messages, text_of
 from service.media.images import PreparedImage
 from service.media.service import ImageInput, MediaService
+from service.observability.tracing import stage, tracer
 from service.search.filters import build_filter
 from service.search.service import SearchQuery, SearchService
+from service.store.tenancy import Tenant
 
 StageObserver = Callable[[str, float], None]
 
@@ -69,7 +71,8 @@ class ChatHandler:
         self.settings = settings
         self._observe = observe_stage or (lambda stage, seconds: None)
 
-    async def prepare(self, request: ChatCompletionRequest) -> PreparedChat:
+    async def prepare(self, request: ChatCompletionRequest, *, tenant: Tenant | None = None) -> PreparedChat:
+        """``tenant``: the asking key's; grounding retrieves from its chunks only."""
         model = self.generator.resolve_model(request.model)
         gen = self.settings.generation
         max_tokens = request.max_completion_tokens or request.max_tokens or gen.max_tokens
@@ -83,12 +86,14 @@ class ChatHandler:
             body["stream_options"] = {"include_usage": True}
         prepared = PreparedChat(body, model)
         if request.ragserve is not None:
-            await self._ground(request, prepared, last_image)
+            await self.generator.check_available()  # a generator known down: 503 now, not after retrieval
+            await self._ground(request, prepared, last_image, tenant)
         return prepared
 
     async def complete(self, prepared: PreparedChat) -> dict[str, Any]:
         started = time.perf_counter()
-        payload = await self.generator.complete(prepared.body)
+        with stage("generate", model=prepared.model, stream=False):
+            payload = await self.generator.complete(prepared.body)
         self._observe("generate", time.perf_counter() - started)
         if prepared.citations is not None:
             message = payload["choices"][0].get("message") or {}
@@ -100,7 +105,15 @@ class ChatHandler:
         """Open the upstream stream now (so its refusal is still an ordinary error response) and return
         the server-sent events to send; iterating them to the end, or abandoning them, closes upstream."""
         stack = AsyncExitStack()
-        events = await stack.enter_async_context(self.generator.stream(prepared.body))
+        # The span covers the whole answer and ends when the relay closes the stack (end, error or abandon),
+        # perhaps in another task than this one: so it is never made the current span of this context.
+        span = tracer.start_span("generate", attributes={"ragserve.model": prepared.model, "ragserve.stream": True})
+        stack.callback(span.end)
+        try:
+            events = await stack.enter_async_context(self.generator.stream(prepared.body))
+        except BaseException:
+            await stack.aclose()
+            raise
         return self._relay(prepared, events, stack)
 
     async def _relay(
@@ -167,7 +180,8 @@ class ChatHandler:
         return out, last_image
 
     async def _ground(
-        self, request: ChatCompletionRequest, prepared: PreparedChat, image: PreparedImage | None
+        self, request: ChatCompletionRequest, prepared: PreparedChat, image: PreparedImage | None,
+        tenant: Tenant | None,
     ) -> None:
         options = request.ragserve
         assert options is not None
@@ -190,7 +204,8 @@ class ChatHandler:
         generated = None
         if image is not None:
             started = time.perf_counter()
-            written = await self.query_writer.write(image, question)
+            with stage("image_query"):
+                written = await self.query_writer.write(image, question)
             timings["image_query"] = self._stage("image_query", started)
             query, generated = written.retrieval_query, written.generated
         elif question:
@@ -204,7 +219,7 @@ class ChatHandler:
         results = await asyncio.gather(*(
             self.search.search(SearchQuery(
                 collection=name, query=query, top_k=top_k, query_filter=query_filter, rerank=options.rerank,
-                rerank_candidates=options.rerank_candidates,
+                rerank_candidates=options.rerank_candidates, tenant=tenant,
             ))
             for name in collections
         ))

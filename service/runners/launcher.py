@@ -14,11 +14,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import httpx
@@ -27,6 +29,9 @@ from service.config import Settings
 from service.profiles import Profile, default_checkpoint, get_profile, resolve_generator
 from service.runners.engine_args import EngineArgs, option_name
 from service.runners.vl_site import default_site_dir
+
+if TYPE_CHECKING:
+    from service.runners.supervisor import RestartPolicy
 
 
 class RunnerStartError(RuntimeError):
@@ -276,8 +281,10 @@ class RunnerProcess:
         self.spec = spec
         self.log_path = log_dir / f"{spec.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        """How often the supervisor restarted it (:mod:`service.runners.supervisor`)."""
 
-    def start(self) -> None:
+    def start(self, *, append_log: bool = False) -> None:
         for path in self.spec.requires:
             if not path.exists():
                 raise RunnerStartError(
@@ -285,7 +292,10 @@ class RunnerProcess:
                     "(or `python -m service.runners.vl_site install`)"
                 )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed with it
+        log = open(self.log_path, "ab" if append_log else "wb")  # noqa: SIM115 - handed to the child, closed with it
+        if append_log:  # a restart: the crashed run's log stays above
+            log.write(f"\n--- ragserve: restarting the {self.spec.name} runner ---\n".encode())
+            log.flush()
         self.process = subprocess.Popen(
             self.spec.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, **self.spec.env}, start_new_session=True,
@@ -293,9 +303,11 @@ class RunnerProcess:
         )
         log.close()
 
-    def wait_healthy(self, deadline: float) -> None:
+    def wait_healthy(self, deadline: float, *, stop: threading.Event | None = None) -> None:
         assert self.process is not None
         while time.monotonic() < deadline:
+            if stop is not None and stop.is_set():
+                raise RunnerStartError(f"{self.spec.name} runner: stopped while starting")
             if self.process.poll() is not None:
                 code = self.process.returncode
                 raise RunnerStartError(f"{self.spec.name} runner exited ({code}):\n{self.log_tail()}")
@@ -304,20 +316,44 @@ class RunnerProcess:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(1.0)
+            if stop is not None:
+                stop.wait(1.0)
+            else:
+                time.sleep(1.0)
         raise RunnerStartError(f"{self.spec.name} runner not healthy in time:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 20.0) -> None:
-        if self.process is None or self.process.poll() is not None:
+        """SIGTERM the runner's group and wait for it; SIGKILL what is still there after ``timeout_s`` (the
+        server) or a few seconds more (a child such as the engine core, also when the server had died)."""
+        if self.process is None:
             return
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        except ProcessLookupError:
-            pass
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 5.0
+        while _group_alive(self.process.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.kill_group(wait_s=5.0)
+
+    def kill_group(self, wait_s: float = 10.0) -> None:
+        """SIGKILL whatever is left of the runner's process group (its engine core after the server died) and
+        wait, up to ``wait_s``, until none of it is alive, so a restart finds the memory and the port free."""
+        if self.process is None:
+            return
+        pgid = self.process.pid  # start_new_session: the runner leads its own group
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        with suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=wait_s)
+        deadline = time.monotonic() + wait_s
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -326,12 +362,34 @@ class RunnerProcess:
             return "(no log)"
 
 
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process of group ``pgid`` remains (Linux /proc; elsewhere: kill 0)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
 @contextmanager
 def running(
     specs: Sequence[RunnerSpec], *, log_dir: Path, timeout_s: float = 600.0, sequential: bool | None = None,
-    check: bool = True,
+    check: bool = True, supervise: bool = False, restart: RestartPolicy | None = None,
 ) -> Iterator[list[RunnerProcess]]:
     """Start the runners, wait for their health, stop them on exit.
+
+    With ``supervise``, a runner that exits meanwhile is restarted with backoff and logged
+    (:mod:`service.runners.supervisor`; ``restart`` tunes it).
 
     First, unless ``check`` is off, every command line goes through vLLM's own parser
     (:func:`check_command_lines`), so a misspelt engine argument stops everything before anything starts.
@@ -345,6 +403,7 @@ def running(
     if check:
         check_command_lines(specs)
     processes = [RunnerProcess(s, log_dir) for s in specs]
+    supervisor = None
     try:
         deadline = time.monotonic() + timeout_s
         for p in processes:
@@ -353,7 +412,15 @@ def running(
                 p.wait_healthy(deadline)
         for p in processes:
             p.wait_healthy(deadline)
+        if supervise:
+            from service.runners.supervisor import RestartPolicy as Policy
+            from service.runners.supervisor import Supervisor
+
+            supervisor = Supervisor(processes, restart or Policy(startup_timeout_s=timeout_s))
+            supervisor.start()
         yield processes
     finally:
+        if supervisor is not None:
+            supervisor.stop()  # first: nothing is restarted while it is being stopped
         for p in processes:
             p.stop()

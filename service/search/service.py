@@ -12,9 +12,11 @@ from dataclasses import dataclass, field, replace
 from service.clients.embeddings import EmbeddingClient
 from service.clients.rerank import RerankClient
 from service.errors import BadRequest, Conflict
+from service.observability.tracing import stage
 from service.sparse.normalisation import encoder
 from service.store.base import VectorStore
-from service.store.types import Filter, Fusion, Hit
+from service.store.tenancy import Tenant, read_scope
+from service.store.types import Filter, Fusion, Hit, both
 
 DEFAULT_RERANK_CANDIDATES = 30
 StageObserver = Callable[[str, float], None]
@@ -50,6 +52,8 @@ class SearchQuery:
     """dense, sparse or hybrid; None: hybrid where the collection has sparse vectors, else dense."""
     fusion: str | None = None
     """rrf or dbsf for hybrid; None: the configured default."""
+    tenant: Tenant | None = None
+    """The searching key's tenant: hits come from its chunks only, BM25 counts over its chunks only."""
 
 
 class SearchService:
@@ -96,7 +100,9 @@ class SearchService:
         dense = sparse = None
         if mode in ("dense", "hybrid"):
             t = time.perf_counter()
-            dense = await self.embedder.embed_query(q.query, task=q.embed_instruction, dimensions=info.dimensions)
+            with stage("embed", collection=q.collection, mode=mode):
+                dense = await self.embedder.embed_query(q.query, task=q.embed_instruction,
+                                                        dimensions=info.dimensions)
             timings["embed"] = self._stage("embed", t)
         if info.sparse is not None and mode in ("sparse", "hybrid"):
             sparse = encoder(info.sparse).encode_query(q.query)
@@ -106,15 +112,21 @@ class SearchService:
             if not sparse.indices:
                 sparse = None  # hybrid degrades to dense for a query of stop-words only
         fusion = self.fusion if q.fusion is None else replace(self.fusion, method=q.fusion)
+        scope = read_scope(q.tenant)
 
         t = time.perf_counter()
-        hits = await self.store.query(q.collection, dense=dense, sparse=sparse, limit=limit,
-                                      query_filter=q.query_filter, fusion=fusion)
+        with stage("store", collection=q.collection, mode=mode, limit=limit) as span:
+            hits = await self.store.query(q.collection, dense=dense, sparse=sparse, limit=limit,
+                                          query_filter=both(scope, q.query_filter), fusion=fusion,
+                                          idf_corpus=scope)
+            span.set_attribute("ragserve.hits", len(hits))
         timings["search"] = self._stage("search", t)
 
         if rerank and hits and self.reranker is not None:
             t = time.perf_counter()
-            scores = await self.reranker.rerank(q.query, [h.text for h in hits], instruction=q.rerank_instruction)
+            with stage("rerank", collection=q.collection, mode=mode, candidates=len(hits)):
+                scores = await self.reranker.rerank(q.query, [h.text for h in hits],
+                                                    instruction=q.rerank_instruction)
             timings["rerank"] = self._stage("rerank", t)
             ranked = [RankedHit(hits[s.index], s.score, s.score) for s in scores[: q.top_k]]
         else:

@@ -27,6 +27,7 @@ from service.store.types import (
     Hit,
     MatchAny,
     SparseVector,
+    both,
     doc_filter,
     stale_versions,
 )
@@ -53,6 +54,12 @@ class VectorStore(ABC):
 
     @abstractmethod
     async def ping(self) -> bool: ...
+
+    def check_writable(self, need_bytes: int = 0) -> None:
+        """Raise :class:`~service.store.errors.StoreFull` when a write of about ``need_bytes`` cannot be taken
+        now (the embedded store's data disk is below its reserve), so callers refuse before doing any work.
+        A Qdrant server guards its own disk: there, always writable."""
+        return None
 
     @abstractmethod
     async def create_collection(
@@ -93,8 +100,15 @@ class VectorStore(ABC):
     async def query(
         self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
+        idf_corpus: Filter | None = None,
     ) -> list[Hit]:
-        """Dense, sparse, or both fused, in one engine call (prefetches + fusion when both are given)."""
+        """Dense, sparse, or both fused, in one engine call (prefetches + fusion when both are given).
+        ``idf_corpus`` restricts the points BM25's document frequencies are counted over (a tenant's)."""
+
+    @abstractmethod
+    async def ensure_tenant_index(self, name: str, field: str) -> None:
+        """Make sure ``metadata.<field>`` has an ``is_tenant`` keyword index and the internal ``tenant``
+        field a keyword index (idempotent; collections created before a tenant key existed get them here)."""
 
     @abstractmethod
     async def count(self, name: str, where: Filter | None = None) -> int: ...
@@ -113,31 +127,38 @@ class VectorStore(ABC):
 
     # --- built on the primitives above, the same for every backend ------------------------------------
 
+    # ``scope`` (``service.store.tenancy.write_scope``) restricts a document operation to one tenant's chunks;
+    # None reaches every chunk of the collection.
+
     async def replace_documents(
         self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-        sparse: Sequence[SparseVector] | None = None,
+        sparse: Sequence[SparseVector] | None = None, *, scope: Filter | None = None,
     ) -> None:
         """Upsert the chunks of whole documents, then drop those documents' chunks of other versions."""
         await self.upsert(name, chunks, vectors, sparse)
-        await self.delete(name, stale_versions({c.doc_id: c.content_hash for c in chunks}))
+        stale = both(stale_versions([c.doc_id for c in chunks], [c.id_in(name) for c in chunks]), scope)
+        assert stale is not None
+        await self.delete(name, stale)
 
-    async def delete_documents(self, name: str, doc_ids: Sequence[str]) -> None:
+    async def delete_documents(self, name: str, doc_ids: Sequence[str], *, scope: Filter | None = None) -> None:
         if doc_ids:
-            await self.delete(name, Filter(must=(MatchAny("doc_id", tuple(doc_ids)),)))
+            where = both(Filter(must=(MatchAny("doc_id", tuple(doc_ids)),)), scope)
+            assert where is not None
+            await self.delete(name, where)
 
-    async def delete_source(self, name: str, source: str) -> None:
+    async def delete_source(self, name: str, source: str, *, scope: Filter | None = None) -> None:
         """Delete every document indexed from one source."""
-        where = doc_filter(source=source)
+        where = both(doc_filter(source=source), scope)
         assert where is not None
         await self.delete(name, where)
 
-    async def doc_states(self, name: str, *, source: str | None = None,
-                         doc_ids: Sequence[str] | None = None) -> dict[str, DocState]:
+    async def doc_states(self, name: str, *, source: str | None = None, doc_ids: Sequence[str] | None = None,
+                         scope: Filter | None = None) -> dict[str, DocState]:
         """Hash and chunk indices of every stored document (of one source, or of the given ids)."""
         if doc_ids is not None and not doc_ids:
             return {}
         return await self.scroll_states(
-            name, doc_filter(source=source, doc_ids=list(doc_ids) if doc_ids is not None else None)
+            name, both(doc_filter(source=source, doc_ids=list(doc_ids) if doc_ids is not None else None), scope)
         )
 
     async def search(self, name: str, vector: Sequence[float], *, limit: int,

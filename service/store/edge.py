@@ -20,6 +20,14 @@ Python thread, the event loop included. Hence:
 
 Durability: the engine writes a WAL before it acknowledges an update, and replays it on load, so an
 acknowledged write survives a SIGKILL; :meth:`EdgeStore.flush` (job end, shutdown) persists segments.
+
+A full disk. The engine maps its files into memory (the WAL's 32 MB segments, the segments' storage), and a
+write through a mapping that finds no free block is not an error the engine could return: the kernel sends
+SIGBUS and the whole process dies, searches included (measured: a write on a full tmpfs ends the process with
+exit status 135). So every write first checks the data disk: below ``min_free_bytes`` plus the size of what
+it is about to write, it is refused with :class:`StoreFull` (507) and the engine is never called; searches go
+on, and writes work again once space is freed. Opening the store needs the reserve free too (a shard's first
+load writes out its WAL segments, about 46 MB): below it, start-up is refused with that message.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import re
 import shutil
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,6 +49,7 @@ from typing import Any, TypeVar
 import numpy as np
 import qdrant_edge as qe
 
+from service.deadline import Deadline
 from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore, check_vectors
 from service.store.errors import (
@@ -55,18 +65,20 @@ from service.store.types import (
     DENSE,
     INTERNAL_INDEXES,
     SPARSE,
+    TENANT,
     Chunk,
     CollectionInfo,
     DocState,
     Filter,
     Fusion,
+    HasId,
     Hit,
+    IsEmpty,
     Match,
     MatchAny,
     Range,
     SparseVector,
     StateCollector,
-    point_id,
 )
 
 log = logging.getLogger("ragserve.store")
@@ -91,23 +103,24 @@ class _Collection:
     folder: Path
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     closed: bool = False
+    tenant_fields: set[str] = field(default_factory=set)
+    """Fields known to have their ``is_tenant`` index (read from the shard on first use)."""
 
 
 class EdgeStore(VectorStore):
     backend = "edge"
 
     def __init__(self, root: Path, *, max_concurrency: int = 8, timeout_s: float = 10.0, threads: int = 2,
-                 write_batch: int = 128, hnsw_ef: int = 256) -> None:
+                 write_batch: int = 128, hnsw_ef: int = 256, min_free_bytes: int = 64 << 20) -> None:
         """Use :meth:`open` (it takes the folder's lock and loads every collection)."""
         self.root = root
+        self._min_free = min_free_bytes
         self._slots = asyncio.Semaphore(max_concurrency)
         self._timeout_s = timeout_s
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="qdrant-edge")
         self._write_batch = write_batch
         self._params = qe.SearchParams(hnsw_ef=hnsw_ef)
-        # IDF over the live points: by default the engine counts deleted points until a vacuum rewrites the
-        # segment (and Edge has no background optimizer), so a deleted document would skew BM25 forever.
-        self._sparse_params = qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter(must=[qe.HasVectorCondition(SPARSE)])))
+        self._sparse_params = _idf_params(None)
         self._collections: dict[str, _Collection] = {}
         self._create_lock = asyncio.Lock()
         self._lock_file: Any = None
@@ -122,6 +135,12 @@ class EdgeStore(VectorStore):
 
     def _open_sync(self) -> None:
         self._lock_file = lock_store(self.root)
+        try:  # loading writes too (a shard's first load writes out its WAL segments): refuse, never SIGBUS
+            self.check_space(0)
+        except StoreFull:
+            self._lock_file.close()
+            self._lock_file = None
+            raise
         for folder in sorted((self.root / "collections").iterdir()):
             meta_path = folder / "collection.json"
             if not meta_path.is_file():
@@ -133,26 +152,61 @@ class EdgeStore(VectorStore):
             self._collections[folder.name] = _Collection(info, shard, folder)
 
     async def aclose(self) -> None:
+        """Flush and close every shard; on a disk below its reserve, close without flushing (the WAL holds
+        every acknowledged write and replays it on the next load)."""
+        loop = asyncio.get_running_loop()
         for name in list(self._collections):
             coll = self._collections.pop(name)
             async with coll.write_lock:
                 coll.closed = True
-                await asyncio.get_running_loop().run_in_executor(self._pool, _flush_and_close, coll.shard)
+                try:
+                    self.check_space(0)
+                    await loop.run_in_executor(self._pool, _flush_and_close, coll.shard)
+                except Exception as exc:  # noqa: BLE001 - a close must release the shard whatever happened
+                    log.warning("closing %s without a flush: %s", name, getattr(exc, "message", str(exc))[:300])
+                    with suppress(Exception):
+                        await loop.run_in_executor(self._pool, coll.shard.close)
         self._pool.shutdown(wait=True)
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
 
     async def flush(self) -> None:
+        """Persist segments; skipped (with a warning) while the disk is below its reserve: the WAL already
+        holds every acknowledged write and replays it on load."""
         for coll in list(self._collections.values()):
             async with coll.write_lock:
                 if not coll.closed:
+                    try:
+                        self.check_space(0)
+                    except StoreFull as exc:
+                        log.warning("not flushing %s: %s", coll.info.name, exc.message)
+                        return
                     await self._run(coll.info.name, coll.shard.flush)
 
     async def ping(self) -> bool:
         return self._lock_file is not None
 
     # --- engine calls ----------------------------------------------------------------------------------
+
+    def check_writable(self, need_bytes: int = 0) -> None:
+        self.check_space(need_bytes)
+
+    def check_space(self, need_bytes: int) -> None:
+        """:class:`StoreFull` unless the data disk has ``min_free_bytes`` + ``need_bytes`` free (see the module
+        docstring: a write that finds the disk full would kill the process)."""
+        try:
+            st = os.statvfs(self.root)
+        except OSError as exc:
+            raise StoreError(f"the embedded store's folder cannot be read: {exc.strerror}") from exc
+        free = st.f_bavail * st.f_frsize
+        if free < self._min_free + need_bytes:
+            raise StoreFull(
+                f"the data disk is full: {free / 2**20:.1f} MiB free, and this write needs "
+                f"{need_bytes / 2**20:.1f} MiB above the {self._min_free / 2**20:.0f} MiB the embedded store keeps "
+                "in reserve (RAGSERVE_QDRANT__EDGE_MIN_FREE_MB). Nothing was written; searches go on, and writes "
+                "work again once space is freed"
+            )
 
     def _get(self, name: str) -> _Collection:
         coll = self._collections.get(name)
@@ -161,14 +215,16 @@ class EdgeStore(VectorStore):
         return coll
 
     async def _run(self, name: str | None, fn: Callable[[], T]) -> T:
-        """One engine call in the pool, bounded and timed, its errors translated."""
+        """One engine call in the pool, bounded, within one deadline (slot wait included), its errors
+        translated: a full disk is :class:`StoreFull` (507), the rest :class:`StoreError` (503)."""
+        deadline = Deadline(self._timeout_s)
         try:
-            await asyncio.wait_for(self._slots.acquire(), self._timeout_s)
+            await asyncio.wait_for(self._slots.acquire(), deadline.remaining())
         except asyncio.TimeoutError as exc:
             raise StoreTimeout(f"the embedded store is saturated (no slot within {self._timeout_s:g}s)") from exc
         try:
             future = asyncio.get_running_loop().run_in_executor(self._pool, fn)
-            return await asyncio.wait_for(future, self._timeout_s)
+            return await asyncio.wait_for(future, deadline.remaining())
         except asyncio.TimeoutError as exc:
             raise StoreTimeout(f"the embedded store did not answer within {self._timeout_s:g}s") from exc
         except (StoreError, CollectionNotFound):
@@ -196,6 +252,7 @@ class EdgeStore(VectorStore):
                 raise CollectionExists(name)
             info = CollectionInfo(name, dimensions, 0, model, dict(filter_fields or {}), sparse)
             folder = self.root / "collections" / name
+            self.check_space(NEW_SHARD_BYTES)
             shard = await self._run(None, lambda: _create_shard(folder, info))
             self._collections[name] = _Collection(info, shard, folder)
             return info
@@ -234,12 +291,14 @@ class EdgeStore(VectorStore):
             for start in range(0, len(chunks), step):
                 end = start + step
                 part = (chunks[start:end], vectors[start:end], sparse[start:end] if sparse is not None else None)
+                self.check_space(_write_bytes(*part))
                 await self._run(name, lambda part=part: _upsert(coll.shard, name, *part))
 
     async def delete(self, name: str, where: Filter) -> None:
         coll = self._get(name)
         op = qe.UpdateOperation.delete_points_by_filter(to_edge(where))
         async with coll.write_lock:
+            self.check_space(SMALL_WRITE_BYTES)
             await self._run(name, lambda: coll.shard.update(op))
 
     async def scroll_states(self, name: str, where: Filter | None, page_size: int = 2048) -> dict[str, DocState]:
@@ -259,15 +318,25 @@ class EdgeStore(VectorStore):
     async def query(
         self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
+        idf_corpus: Filter | None = None,
     ) -> list[Hit]:
         coll = self._get(name)
         flt = to_edge(query_filter) if query_filter is not None else None
-        request = self._request(dense, sparse, limit, flt, fusion)
+        sparse_params = self._sparse_params if idf_corpus is None else _idf_params(idf_corpus)
+        request = self._request(dense, sparse, limit, flt, fusion, sparse_params)
         points = await self._run(name, lambda: coll.shard.query(request))
         return [Hit.from_payload(p.id, p.score, p.payload) for p in points]
 
+    async def ensure_tenant_index(self, name: str, field: str) -> None:
+        coll = self._get(name)
+        if field in coll.tenant_fields:
+            return
+        async with coll.write_lock:
+            await self._run(name, lambda: _tenant_index(coll.shard, field))
+            coll.tenant_fields.add(field)
+
     def _request(self, dense: Sequence[float] | None, sparse: SparseVector | None, limit: int,
-                 flt: qe.Filter | None, fusion: Fusion | None) -> qe.QueryRequest:
+                 flt: qe.Filter | None, fusion: Fusion | None, sparse_params: qe.SearchParams) -> qe.QueryRequest:
         dense_q = qe.Query.Nearest(list(dense), using=DENSE) if dense is not None else None
         sparse_q = (qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE)
                     if sparse is not None else None)
@@ -279,13 +348,13 @@ class EdgeStore(VectorStore):
             return qe.QueryRequest(
                 limit=limit, query=fused, filter=flt, with_payload=True,
                 prefetches=[qe.Prefetch(limit=depth, query=dense_q, filter=flt, params=self._params),
-                            qe.Prefetch(limit=depth, query=sparse_q, filter=flt, params=self._sparse_params)],
+                            qe.Prefetch(limit=depth, query=sparse_q, filter=flt, params=sparse_params)],
             )
         query = dense_q or sparse_q
         if query is None:
             raise ValueError("a dense or a sparse query vector is needed")
         return qe.QueryRequest(limit=limit, query=query, filter=flt, with_payload=True,
-                               params=self._params if dense_q is not None else self._sparse_params)
+                               params=self._params if dense_q is not None else sparse_params)
 
     async def count(self, name: str, where: Filter | None = None) -> int:
         coll = self._get(name)
@@ -296,6 +365,7 @@ class EdgeStore(VectorStore):
         coll = self._get(name)
         info = replace(coll.info, sparse=sparse, sparse_stats=stats)
         meta = {"dimensions": info.dimensions, **info.metadata()}
+        self.check_space(SMALL_WRITE_BYTES)
         await self._run(name, lambda: _write_json(coll.folder / "collection.json", meta))
         coll.info = info
         return info
@@ -314,10 +384,12 @@ class EdgeStore(VectorStore):
         coll = self._get(name)
         async with coll.write_lock:
             for start in range(0, len(vectors), self._write_batch):
+                part = vectors[start:start + self._write_batch]
                 op = qe.UpdateOperation.update_vectors([
                     qe.PointVectors(pid, {SPARSE: qe.SparseVector(list(v.indices), list(v.values))})
-                    for pid, v in vectors[start:start + self._write_batch]
+                    for pid, v in part
                 ])
+                self.check_space(WRITE_COPIES * sum(64 + 8 * len(v.indices) for _, v in part))
                 await self._run(name, lambda op=op: coll.shard.update(op))
 
 
@@ -337,6 +409,24 @@ def _create_shard(folder: Path, info: CollectionInfo) -> qe.EdgeShard:
     return shard
 
 
+def _idf_params(corpus: Filter | None) -> qe.SearchParams:
+    # IDF over the live points: by default the engine counts deleted points until a vacuum rewrites the
+    # segment (and Edge has no background optimizer), so a deleted document would skew BM25 forever. A
+    # tenant's query counts its own tenant's points only (its ranking owes nothing to other tenants' data).
+    live: list[Any] = [qe.HasVectorCondition(SPARSE)]
+    if corpus is not None:
+        live.append(to_edge(corpus))
+    return qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter(must=live)))
+
+
+def _tenant_index(shard: qe.EdgeShard, field: str) -> None:
+    schema = shard.info().payload_schema
+    if f"metadata.{field}" not in schema or not getattr(schema[f"metadata.{field}"].params, "is_tenant", False):
+        shard.update(qe.UpdateOperation.create_field_index(f"metadata.{field}", qe.KeywordIndexParams(is_tenant=True)))
+    if TENANT not in schema:
+        shard.update(qe.UpdateOperation.create_field_index(TENANT, FIELD_TYPES["keyword"]))
+
+
 def _config(dimensions: int, sparse: bool, optimizers: qe.EdgeOptimizersConfig | None = None) -> qe.EdgeConfig:
     return qe.EdgeConfig(
         vectors={DENSE: qe.EdgeVectorParams(size=dimensions, distance=qe.Distance.Cosine)},
@@ -352,8 +442,26 @@ def _upsert(shard: qe.EdgeShard, name: str, chunks: Sequence[Chunk], vectors: Se
         vector: dict[str, Any] = {DENSE: list(v)}
         if sparse is not None:
             vector[SPARSE] = qe.SparseVector(list(sparse[i].indices), list(sparse[i].values))
-        points.append(qe.Point(point_id(name, c.doc_id, c.chunk_index), vector, c.payload()))
+        points.append(qe.Point(c.id_in(name), vector, c.payload()))
     shard.update(qe.UpdateOperation.upsert_points(points))
+
+
+NEW_SHARD_BYTES = 64 << 20
+"""What a new shard takes on disk (measured on tmpfs: 7.2 MB at once, then its first load writes out its WAL's
+two 32 MB segments, from 8.7 to 55 MB), so that a new collection can still be opened after a restart."""
+SMALL_WRITE_BYTES = 1 << 20
+WRITE_COPIES = 3
+"""A point is written about three times before its write returns: the WAL, the segment, the payload indexes."""
+
+
+def _write_bytes(chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
+                 sparse: Sequence[SparseVector] | None) -> int:
+    """An upper estimate of the bytes one engine write of these points puts on the disk."""
+    size = 0
+    for i, c in enumerate(chunks):
+        size += 256 + len(c.text.encode("utf-8")) + len(json.dumps(c.metadata, ensure_ascii=False, default=str))
+        size += 4 * len(vectors[i]) + (8 * len(sparse[i].indices) if sparse is not None else 0)
+    return WRITE_COPIES * size
 
 
 def _flush_and_close(shard: qe.EdgeShard) -> None:
@@ -399,6 +507,10 @@ def to_edge(flt: Filter) -> qe.Filter:
             return qe.FieldCondition(key=c.key, match=qe.MatchAny(list(c.values)))
         if isinstance(c, Range):
             return qe.FieldCondition(key=c.key, range=qe.RangeFloat(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
+        if isinstance(c, IsEmpty):
+            return qe.IsEmptyCondition(c.key)
+        if isinstance(c, HasId):
+            return qe.HasIdCondition(set(c.ids))
         raise TypeError(f"not a filter condition: {c!r}")
 
     return qe.Filter(

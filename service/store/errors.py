@@ -2,7 +2,7 @@
 
 Hierarchy::
 
-    StoreError (503)
+    StoreError (503 store_unavailable, Retry-After)
     ├── StoreTimeout (504)
     ├── StoreFull (507: the data disk is full; nothing was written)
     ├── LegacyStoreLayout, StoreLocked (start-up refusals of the embedded store)
@@ -18,11 +18,19 @@ class StoreError(RagserveError):
     status_code = 503
     type = "store_error"
     code = "store_unavailable"
+    retry_after_s: float | None = 2.0
+
+    @property
+    def headers(self) -> dict[str, str]:
+        if self.retry_after_s is None:
+            return {}
+        return {"Retry-After": str(max(1, round(self.retry_after_s)))}
 
 
 class StoreTimeout(StoreError):
     status_code = 504
     code = "store_timeout"
+    retry_after_s = None
 
 
 class CollectionNotFound(NotFound):
@@ -40,14 +48,18 @@ class CollectionExists(Conflict):
 
 
 class StoreFull(StoreError):
+    """The data disk is full: writes fail, searches go on; writing works again once space is freed."""
+
     status_code = 507
     code = "store_full"
+    retry_after_s = None
 
 
 class LegacyStoreLayout(StoreError):
     """Start-up refusal: the store folder holds data this version cannot open. Nothing in it is touched."""
 
     code = "store_layout_unsupported"
+    retry_after_s = None
 
     def __init__(self, root: object, why: str) -> None:
         super().__init__(
@@ -61,6 +73,7 @@ class StoreLocked(StoreError):
     """Start-up refusal: another process has the embedded store open (Qdrant Edge admits one)."""
 
     code = "store_locked"
+    retry_after_s = None
 
     def __init__(self, root: object, holder: str) -> None:
         super().__init__(

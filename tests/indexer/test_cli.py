@@ -65,3 +65,32 @@ def test_several_paths_are_several_sources_and_prune_per_source(minilm_settings:
     assert hits == {"docs/README.md", "deploy/README.md"}  # same file name in two roots: two documents
     assert nested.returncode != 0 and "overlap" in nested.stderr
     assert missing.returncode != 0 and "no such file or folder" in missing.stderr
+
+
+def test_delete_by_filter_dry_run_then_delete(minilm_settings: Settings, tmp_path: Path) -> None:
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    (folder / "old.md").write_text("# Old\nThe retired fax gateway.\n")
+    (folder / "new.md").write_text("# New\nThe chat gateway.\n")
+    minilm_settings.indexer.poll_s = 0.05
+    with live_server(minilm_settings, with_worker=True) as url:
+        indexed = _ragserve("index", str(folder / "old.md"), "--collection", "kb", "--quiet", url=url)
+        _ragserve("index", str(folder / "new.md"), "--collection", "kb", "--quiet", url=url)
+        where = json.dumps({"title": "Old"})
+        dry = _ragserve("delete", "--collection", "kb", "--filter", where, "--dry-run", url=url)
+        still = _ragserve("search", "gateway", "--collection", "kb", "--json", url=url)
+        done = _ragserve("delete", "--collection", "kb", "--filter", where, url=url)
+        left = _ragserve("search", "gateway", "--collection", "kb", "--json", url=url)
+        empty = _ragserve("delete", "--collection", "kb", url=url)
+        not_json = _ragserve("delete", "--collection", "kb", "--filter", "{tag: old}", url=url)
+        unknown = _ragserve("search", "x", "--collection", "nope", url=url)
+    assert indexed.returncode == 0, indexed.stderr
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout == "would delete 1 documents (1 chunks) from 'kb'\n  old.md\n"
+    assert {h["doc_id"] for h in json.loads(still.stdout)["hits"]} == {"old.md", "new.md"}
+    assert done.stdout == "deleted 1 documents (1 chunks) from 'kb'\n  old.md\n"
+    assert [h["doc_id"] for h in json.loads(left.stdout)["hits"]] == ["new.md"]
+    assert empty.returncode == 1 and "ragserve: error 400 empty_filter:" in empty.stderr
+    assert not_json.returncode == 1 and "--filter is not JSON" in not_json.stderr
+    assert unknown.returncode == 1
+    assert unknown.stderr == "ragserve: error 404 collection_not_found: collection 'nope' does not exist (param collection)\n"

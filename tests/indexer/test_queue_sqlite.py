@@ -1,48 +1,41 @@
+"""What only the SQLite backend has (the contract both backends share is in test_queue_contract.py)."""
+
 from __future__ import annotations
 
-import asyncio
+import sqlite3
 from pathlib import Path
 
-from indexer.queue import Counts
 from indexer.queue_sqlite import SqliteJobQueue
 
-
-async def test_claim_is_exclusive_and_lease_expiry_hands_the_job_over(tmp_path: Path) -> None:
-    q = SqliteJobQueue(tmp_path / "jobs.db")
-    job = await q.submit("c", {"x": 1})
-    first = await q.claim("w1", lease_s=0.2)
-    assert first is not None and first.id == job.id and first.attempts == 1
-    assert await q.claim("w2", lease_s=0.2) is None  # leased
-    await asyncio.sleep(0.3)
-    second = await q.claim("w2", lease_s=10)
-    assert second is not None and second.worker == "w2" and second.attempts == 2
+OLD_SCHEMA = """
+CREATE TABLE jobs (id TEXT PRIMARY KEY, collection TEXT NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
+    created_at REAL NOT NULL, started_at REAL, finished_at REAL, worker TEXT, lease_until REAL,
+    attempts INTEGER NOT NULL DEFAULT 0, cancel_requested INTEGER NOT NULL DEFAULT 0,
+    counts TEXT NOT NULL DEFAULT '{}', errors TEXT NOT NULL DEFAULT '[]', message TEXT,
+    embed_seconds REAL NOT NULL DEFAULT 0);
+INSERT INTO jobs (id, collection, spec, state, created_at) VALUES ('old', 'c', '{}', 'queued', 1.0);
+"""
 
 
-async def test_progress_documents_and_finish(tmp_path: Path) -> None:
-    q = SqliteJobQueue(tmp_path / "jobs.db")
-    await q.submit("c", {})
-    job = await q.claim("w", 10)
-    assert job is not None
-    job.counts = Counts(documents_seen=2, documents_indexed=1)
-    await q.mark_documents(job, {"a": "indexed", "b": "failed"})
-    assert await q.finished_documents(job.id) == {"a", "b"}
-    assert (await q.get(job.id)).counts.documents_indexed == 1  # type: ignore[union-attr]
+async def test_a_file_from_before_fencing_gains_lease_tokens_and_keeps_its_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.executescript(OLD_SCHEMA)
+    q = SqliteJobQueue(path)
+    job = await q.claim("w", 10, max_attempts=3)
+    assert job is not None and (job.id, job.lease_token, job.attempts) == ("old", 1, 1)
     await q.finish(job, "succeeded")
-    done = await q.get(job.id)
-    assert done is not None and done.state == "succeeded" and done.finished_at
-    assert await q.claim("w", 10) is None
+    done = await q.get("old")
+    assert done is not None and done.state == "succeeded"
 
 
-async def test_cancel_queued_and_running(tmp_path: Path) -> None:
-    q = SqliteJobQueue(tmp_path / "jobs.db")
-    queued = await q.submit("c", {})
-    running = await q.submit("c", {})
-    cancelled = await q.cancel(queued.id)
-    assert cancelled is not None and cancelled.state == "cancelled"
-    job = await q.claim("w", 10)
-    assert job is not None and job.id == running.id
-    assert await q.heartbeat(job.id, "w", 10) is False
-    after = await q.cancel(job.id)
-    assert after is not None and after.state == "running" and after.cancel_requested
-    assert await q.heartbeat(job.id, "w", 10) is True
-    assert await q.cancel("nope") is None
+async def test_uploads_live_under_the_uploads_folder_until_the_job_ends(tmp_path: Path) -> None:
+    import io
+
+    q = SqliteJobQueue(tmp_path / "jobs.sqlite3", tmp_path / "up")
+    job = await q.submit("c", {}, job_id="j1", uploads=[("a/b.txt", io.BytesIO(b"hello"))])
+    assert (tmp_path / "up" / "j1" / "a" / "b.txt").read_bytes() == b"hello"
+    claimed = await q.claim("w", 10, max_attempts=3)
+    assert claimed is not None and claimed.id == job.id
+    await q.finish(claimed, "failed", "boom")
+    assert not (tmp_path / "up" / "j1").exists()

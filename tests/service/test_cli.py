@@ -91,3 +91,37 @@ def test_runners_up_print_only_is_copy_pasteable_and_refuses_bad_combinations(tm
     assert bad.returncode == 2
     assert "LoRA adapters and speculative decoding cannot be combined" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def _keys_hash(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGSERVE_")}
+    return subprocess.run([sys.executable, "-m", "service.cli", "keys", "hash", *args], input=stdin, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+async def test_keys_hash_prints_an_entry_the_keyring_accepts_and_the_key_once() -> None:
+    import hashlib
+
+    from service.auth.keyring import KeyRing
+    from service.auth.keys import ApiKeyEntry
+    from service.store.tenancy import Tenant
+
+    done = _keys_hash("--scope", "read", "--scope", "write", "--collection", "kb", "--tenant", "org=acme",
+                      "--id", "acme-app")
+    assert done.returncode == 0, done.stderr
+    key = done.stderr.strip().rsplit(": ", 1)[1]
+    entry = json.loads(done.stdout)
+    assert entry == {"id": "acme-app", "sha256": hashlib.sha256(key.encode()).hexdigest(), "scopes": ["read", "write"],
+                     "collections": ["kb"], "tenant": {"field": "org", "value": "acme"}}
+    assert key not in done.stdout  # the entry holds the hash only
+    principal = await KeyRing.build([], [ApiKeyEntry.model_validate(entry)]).authenticate(key)
+    assert principal is not None and principal.tenant == Tenant("org", "acme")
+
+    person = _keys_hash("--scheme", "scrypt", "--stdin", stdin="a passphrase somebody chose\n")
+    assert person.returncode == 0 and person.stderr == ""
+    scrypt_entry = ApiKeyEntry.model_validate_json(person.stdout)
+    assert scrypt_entry.scopes == ["read"] and scrypt_entry.scrypt is not None
+    assert await KeyRing.build([], [scrypt_entry]).authenticate("a passphrase somebody chose") is not None
+
+    refused = _keys_hash("--scope", "admin", "--tenant", "org=acme")
+    assert refused.returncode == 1 and "cannot hold 'admin'" in refused.stderr and refused.stdout == ""

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from service.config import Settings
+from service.config import NOT_SETTINGS, Settings, UnknownSetting, setting_names
 
 
 def test_env_prefix_nested_sections_and_comma_separated_keys(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,3 +44,58 @@ def test_ingest_lists_are_comma_separated_or_json(monkeypatch: pytest.MonkeyPatc
     assert s.fetch.allowed_networks == ["127.0.0.1/32"]
     assert s.fetch.allowed_domains == ["docs.example.com", ".example.org"]
     assert [str(p) for p in s.ingest.allowed_roots] == ["/srv/docs", "/data"]
+
+
+@pytest.mark.parametrize("name, nearest", [
+    ("RAGSERVE_PROFLE", "RAGSERVE_PROFILE"),
+    ("RAGSERVE_QDRANT__URLL", "RAGSERVE_QDRANT__URL"),
+    ("RAGSERVE_LIMITS__MAX_TOPK", "RAGSERVE_LIMITS__MAX_TOP_K"),
+    ("RAGSERVE_ENGINE__EMBED__MAX_NUM_SEQ", "RAGSERVE_ENGINE__EMBED__MAX_NUM_SEQS"),
+    ("ragserve_api_key", "RAGSERVE_API_KEYS"),
+    ("RAGSERVE_OTEL_ENDPOINT", "RAGSERVE_OTEL__ENDPOINT"),
+])
+def test_an_unknown_variable_stops_start_up_naming_the_nearest_setting(
+    monkeypatch: pytest.MonkeyPatch, name: str, nearest: str
+) -> None:
+    monkeypatch.setenv(name, "s3cr3t-value-never-printed")
+    with pytest.raises(UnknownSetting) as info:
+        Settings()
+    assert f"{name} (did you mean {nearest}?)" in str(info.value)
+    assert "s3cr3t" not in str(info.value)
+
+
+def test_a_name_near_nothing_is_still_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGSERVE_XYZZY_PLUGH", "1")
+    with pytest.raises(UnknownSetting, match=r"environment: RAGSERVE_XYZZY_PLUGH\. Every"):
+        Settings()
+
+
+def test_script_and_test_session_variables_are_not_settings_and_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (*NOT_SETTINGS, "RAGSERVE_TEST_RUNNER_URLS", "RAGSERVE_TEST_VL_URL"):
+        monkeypatch.setenv(name, "x")
+    monkeypatch.setenv("RAGSERVE_LIMITS", '{"max_top_k": 7}')  # a whole section as JSON is a setting too
+    assert Settings().limits.max_top_k == 7
+
+
+def test_every_setting_has_an_environment_name() -> None:
+    names = setting_names()
+    assert {"RAGSERVE_PROFILE", "RAGSERVE_QDRANT", "RAGSERVE_QDRANT__URL", "RAGSERVE_API_KEYS_FILE",
+            "RAGSERVE_LOG_FORMAT", "RAGSERVE_OTEL__ENDPOINT", "RAGSERVE_ENGINE__GENERATE__TENSOR_PARALLEL_SIZE",
+            "RAGSERVE_INDEXER__LEASE_S"} <= names
+    assert len(names) == len({n.upper() for n in names})
+
+
+def test_ragserve_serve_refuses_to_start_with_a_typo(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGSERVE_")}
+    env.update(RAGSERVE_DATA_DIR=str(tmp_path), RAGSERVE_INDEXR__LEASE_S="5")
+    done = subprocess.run([sys.executable, "-m", "service.cli", "serve"], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "ragserve: unknown setting(s) in the environment: RAGSERVE_INDEXR__LEASE_S (did you mean "
+        "RAGSERVE_INDEXER__LEASE_S?). Every RAGSERVE_ variable must name a setting of service/config.py.")
+    assert not (tmp_path / "qdrant").exists()  # nothing was opened

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 import httpx
+from qdrant_client import AsyncQdrantClient
 
 from service.api.app import create_app
 from service.config import Settings
@@ -22,8 +23,11 @@ async def app_client(
     api_key: str | None = API_KEY,
     with_worker: bool = False,
     resolver: Resolver | None = None,
+    store_client: AsyncQdrantClient | None = None,
 ) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings, transports=transports, with_worker=with_worker, resolver=resolver)
+    """The app's lifespan state is on the client as ``client.services`` (tests that look inside)."""
+    app = create_app(settings, transports=transports, with_worker=with_worker, resolver=resolver,
+                     store_client=store_client)
     async with app.router.lifespan_context(app) as state:
 
         async def asgi(scope, receive, send):  # type: ignore[no-untyped-def]
@@ -34,6 +38,7 @@ async def app_client(
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=asgi), base_url="http://ragserve.test", headers=headers, timeout=120
         ) as client:
+            client.services = (state or {})["services"]  # type: ignore[attr-defined]
             yield client
 
 

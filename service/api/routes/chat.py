@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from service.api.cancellation import with_cancellation
-from service.api.deps import ApiKey, ServicesDep
+from service.api.deps import ApiKey, PrincipalDep, ServicesDep
 from service.api.json_body import JsonRoute
 from service.api.schemas.chat import ChatCompletionRequest
 from service.api.schemas.errors import error_responses
@@ -36,10 +36,13 @@ def _chat(services: Services) -> ChatHandler:
 )
 @with_cancellation
 async def chat_completions(
-    body: ChatCompletionRequest, services: ServicesDep, raw_request: Request
+    body: ChatCompletionRequest, services: ServicesDep, principal: PrincipalDep, raw_request: Request
 ) -> dict[str, Any] | StreamingResponse:
+    if body.ragserve is not None:
+        for i, name in enumerate(body.ragserve.collections):
+            principal.check_collection(name, param=f"ragserve.collections[{i}]")
     handler = _chat(services)
-    prepared = await handler.prepare(body)
+    prepared = await handler.prepare(body, tenant=principal.tenant)
     if body.stream:
         events = await handler.open_stream(prepared)
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import APIRouter, Path, status
 
-from service.api.deps import ApiKey, ServicesDep
+from service.api.deps import ApiKey, PrincipalDep, ServicesDep
 from service.api.json_body import JsonRoute
 from service.api.schemas.collections import (
     COLLECTION_NAME,
@@ -13,10 +15,13 @@ from service.api.schemas.collections import (
     UpsertResult,
 )
 from service.api.schemas.errors import error_responses
+from service.api.state import Services
+from service.auth.principal import Principal
 from service.documents.payload import ID_PATTERN
 from service.documents.writer import NewDocument
 from service.errors import InvalidInput, NotFound, PayloadTooLarge
 from service.sparse.bm25 import SparseConfig
+from service.store.tenancy import read_scope, write_scope
 from service.store.types import CollectionInfo
 
 router = APIRouter(prefix="/v1/collections", tags=["collections"], dependencies=[ApiKey],
@@ -30,8 +35,17 @@ def _out(info: CollectionInfo) -> CollectionOut:
                          filter_fields=info.filter_fields, sparse=info.sparse)
 
 
+async def _as_seen_by(info: CollectionInfo, principal: Principal, services: Services) -> CollectionInfo:
+    """A tenant key counts its own chunks only (how much the other tenants hold is none of its business)."""
+    scope = read_scope(principal.tenant)
+    if scope is None:
+        return info
+    return replace(info, points=await services.store.count(info.name, scope))
+
+
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Create a collection")
-async def create_collection(body: CollectionCreate, services: ServicesDep) -> CollectionOut:
+async def create_collection(body: CollectionCreate, services: ServicesDep, principal: PrincipalDep) -> CollectionOut:
+    principal.check_collection(body.name, param="name")
     model = services.embedder.model
     dims = body.dimensions or services.embedder.dimensions
     try:
@@ -51,14 +65,15 @@ async def create_collection(body: CollectionCreate, services: ServicesDep) -> Co
     return _out(info)
 
 
-@router.get("", summary="List collections")
-async def list_collections(services: ServicesDep) -> CollectionList:
-    return CollectionList(collections=[_out(i) for i in await services.store.list_collections()])
+@router.get("", summary="List collections (those the key may reach)")
+async def list_collections(services: ServicesDep, principal: PrincipalDep) -> CollectionList:
+    infos = [i for i in await services.store.list_collections() if principal.may_reach(i.name)]
+    return CollectionList(collections=[_out(await _as_seen_by(i, principal, services)) for i in infos])
 
 
 @router.get("/{name}", summary="Describe a collection")
-async def get_collection(services: ServicesDep, name: str = CollectionName) -> CollectionOut:
-    return _out(await services.store.get_collection(name))
+async def get_collection(services: ServicesDep, principal: PrincipalDep, name: str = CollectionName) -> CollectionOut:
+    return _out(await _as_seen_by(await services.store.get_collection(name), principal, services))
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a collection and its points")
@@ -68,16 +83,19 @@ async def delete_collection(services: ServicesDep, name: str = CollectionName) -
 
 @router.delete("/{name}/documents/{doc_id:path}", status_code=status.HTTP_204_NO_CONTENT,
                summary="Delete a document and all its chunks")
-async def delete_document(services: ServicesDep, name: str = CollectionName, doc_id: str = DocId) -> None:
-    if not await services.store.doc_states(name, doc_ids=[doc_id]):
+async def delete_document(services: ServicesDep, principal: PrincipalDep, name: str = CollectionName,
+                          doc_id: str = DocId) -> None:
+    scope = write_scope(principal.tenant)  # a tenant's delete reaches its own documents only
+    if not await services.store.doc_states(name, doc_ids=[doc_id], scope=scope):
         raise NotFound(f"document {doc_id!r} is not in collection {name!r}", code="document_not_found",
                        param="doc_id")
-    await services.store.delete_documents(name, [doc_id])
+    await services.store.delete_documents(name, [doc_id], scope=scope)
 
 
 @router.post("/{name}/documents", summary="Upsert already-split text documents (synchronous, batched)")
-async def upsert_documents(body: DocumentsUpsert, services: ServicesDep, name: str = CollectionName) -> UpsertResult:
+async def upsert_documents(body: DocumentsUpsert, services: ServicesDep, principal: PrincipalDep,
+                           name: str = CollectionName) -> UpsertResult:
     documents = [NewDocument(d.id, d.text, d.metadata, d.vector) for d in body.documents]
-    result = await services.writer.write(name, documents)
+    result = await services.writer.write(name, documents, tenant=principal.tenant)
     return UpsertResult(collection=name, upserted=result.upserted, embedded=result.embedded,
                         timings_ms=result.timings_ms)

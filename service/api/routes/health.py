@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-import asyncio
-
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.api.deps import ApiKey, ServicesDep
+from service.api.readiness import CAPABILITIES, DEFAULT_REQUIRED, readiness
+from service.errors import InvalidInput
 
 router = APIRouter(tags=["health"])
 
@@ -16,17 +16,27 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/ready", summary="Readiness: every runner and the store answer", dependencies=[ApiKey])
-async def ready(services: ServicesDep) -> JSONResponse:
-    checks = {"embedding_runner": services.embedder.runner.health(), "store": services.store.ping()}
-    if services.reranker is not None:
-        checks["rerank_runner"] = services.reranker.runner.health()
-    if services.generator is not None:
-        checks["generation_runner"] = services.generator.health()
-    results = dict(zip(checks, await asyncio.gather(*checks.values()), strict=True))
-    ok = all(results.values())
+@router.get(
+    "/ready",
+    summary="Readiness per capability (search, rerank, generation, indexing); 200 while the required ones serve",
+    dependencies=[ApiKey],
+)
+async def ready(
+    services: ServicesDep,
+    require: str = Query(",".join(DEFAULT_REQUIRED), description="Comma-separated capabilities that must serve "
+                         f"for a 200: {', '.join(CAPABILITIES)}."),
+) -> JSONResponse:
+    required = tuple(c.strip() for c in require.split(",") if c.strip())
+    unknown = [c for c in required if c not in CAPABILITIES]
+    if unknown or not required:
+        raise InvalidInput(f"unknown capability {', '.join(unknown) or '(none)'}; one of {', '.join(CAPABILITIES)}",
+                           code="unknown_capability", param="require")
+    state = await readiness(services)
+    ok = state.serves(required)
+    degraded = any(v == "down" for v in state.capabilities.values())
     return JSONResponse(
-        {"status": "ready" if ok else "not_ready", "checks": {k: "ok" if v else "down" for k, v in results.items()}},
+        {"status": "not_ready" if not ok else "degraded" if degraded else "ready", "required": list(required),
+         "capabilities": state.capabilities, "checks": state.checks},
         status_code=200 if ok else 503,
     )
 

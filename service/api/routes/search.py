@@ -8,15 +8,17 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from service.api.cancellation import with_cancellation
-from service.api.deps import ApiKey, ServicesDep
+from service.api.deps import ApiKey, PrincipalDep, ServicesDep
 from service.api.json_body import BodyError, JsonRoute, parse_json
 from service.api.schemas.common import filter_spec
 from service.api.schemas.errors import error_responses
 from service.api.schemas.search import ImageInfo, SearchHit, SearchRequest, SearchResponse
 from service.api.state import Services
+from service.auth.principal import Principal
 from service.errors import BadRequest, InvalidInput
 from service.media.errors import ImageTooLarge
 from service.media.service import ImageInput
+from service.observability.tracing import stage
 from service.search.filters import build_filter
 from service.search.service import SearchQuery
 
@@ -26,9 +28,11 @@ router = APIRouter(prefix="/v1", tags=["search"], dependencies=[ApiKey], respons
 
 @router.post("/search", summary="Embed the query, search a collection, rerank; ranked context for a chat app")
 @with_cancellation
-async def search(body: SearchRequest, services: ServicesDep, raw_request: Request) -> SearchResponse:
+async def search(body: SearchRequest, services: ServicesDep, principal: PrincipalDep,
+                 raw_request: Request) -> SearchResponse:
+    principal.check_collection(body.collection)
     image = ImageInput(param="image.url", url=body.image.url) if body.image is not None else None
-    return await _search(body, image, services)
+    return await run_search(body, image, services, principal)
 
 
 @router.post(
@@ -40,6 +44,7 @@ async def search_upload(
     request: Annotated[str, Form(description="The /v1/search JSON body, without `image`.")],
     image: UploadFile,
     services: ServicesDep,
+    principal: PrincipalDep,
     raw_request: Request,
 ) -> SearchResponse:
     try:
@@ -50,16 +55,20 @@ async def search_upload(
         raise RequestValidationError(
             [{**e, "loc": ("body", "request", *e.get("loc", ()))} for e in exc.errors(include_url=False)]
         ) from exc
+    principal.check_collection(body.collection, param="request.collection")
     if body.image is not None:
         raise InvalidInput("send the image either as the upload or as image.url, not both", param="image")
     limit = services.settings.media.max_image_bytes
     data = await image.read(limit + 1)
     if len(data) > limit:
         raise ImageTooLarge(f"the uploaded image is over {limit} bytes", param="image")
-    return await _search(body, ImageInput(param="image", data=data), services)
+    return await run_search(body, ImageInput(param="image", data=data), services, principal)
 
 
-async def _search(body: SearchRequest, image: ImageInput | None, services: Services) -> SearchResponse:
+async def run_search(body: SearchRequest, image: ImageInput | None, services: Services,
+                     principal: Principal) -> SearchResponse:
+    """A search as the API answers it, for ``principal`` (its tenant filters every query): shared by both
+    search routes and the MCP search tool."""
     limits = services.settings.limits
     query = (body.query or "").strip()
     if not query and image is None:
@@ -82,7 +91,8 @@ async def _search(body: SearchRequest, image: ImageInput | None, services: Servi
         prepared = await services.media.prepare(image)
         timings["image"] = _ms(started)
         t = time.perf_counter()
-        written = await services.image_queries.write(prepared, query)
+        with stage("image_query", collection=body.collection):
+            written = await services.image_queries.write(prepared, query)
         timings["image_query"] = _ms(t)
         services.metrics.observe_stage("image_query", time.perf_counter() - t)
         query, generated = written.retrieval_query, written.generated
@@ -101,6 +111,7 @@ async def _search(body: SearchRequest, image: ImageInput | None, services: Servi
             embed_instruction=body.instruction,
             mode=body.mode,
             fusion=body.fusion,
+            tenant=principal.tenant,
         )
     )
     hits = [

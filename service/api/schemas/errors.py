@@ -23,7 +23,8 @@ STATUS_TEXT = {
     400: "Bad request: invalid JSON (invalid_json, invalid_utf8, invalid_unicode, json_too_deep) or a feature "
          "this deployment lacks",
     401: "Missing or invalid API key",
-    403: "Not allowed (a server path outside the allowed roots)",
+    403: "Not allowed: the key lacks the route's scope or the collection (insufficient_scope, "
+         "collection_not_allowed), or a server path outside the allowed roots",
     404: "Not found",
     409: "Conflict: the collection exists, or its dimensions do not fit the embedding model",
     413: "Payload too large",
@@ -35,9 +36,9 @@ STATUS_TEXT = {
     504: "A runner or the store timed out",
     507: "The data disk is full; nothing was written",
 }
-COMMON_ERRORS = (400, 401, 413, 422, 429, 503, 504)
-"""What any authenticated route may answer: body checks, auth, the body-size limit, validation, and the
-bounded slots toward runners and the store."""
+COMMON_ERRORS = (400, 401, 403, 413, 422, 429, 503, 504)
+"""What any authenticated route may answer: body checks, the key and its scopes, the body-size limit,
+validation, and the bounded slots toward runners and the store."""
 
 
 def error_responses(*extra: int) -> dict[int | str, dict[str, Any]]:

@@ -30,7 +30,9 @@ class JobOut(BaseModel):
     created_at: float
     started_at: float | None
     finished_at: float | None
-    attempts: int = Field(description="Claims so far: above 1 when a worker died and another resumed the job.")
+    attempts: int = Field(description="Runs so far: above 1 when a worker died or stalled and another resumed "
+                          "the job (a worker shutting down hands its job back uncounted); at "
+                          "RAGSERVE_INDEXER__MAX_ATTEMPTS the job ends failed.")
     cancel_requested: bool
     counts: dict[str, Any]
     errors: list[dict[str, str]] = Field(description="Per-file and per-document errors (first 1,000).")

@@ -133,8 +133,10 @@ async def test_ready_reports_a_down_runner(fault_settings: Settings) -> None:
     fault_settings.runners.embed_url = f"http://127.0.0.1:{free_port()}"
     async with app_client(fault_settings) as client:
         down = await client.get("/ready")
-    assert ok.status_code == 200 and ok.json()["checks"] == {"embedding_runner": "ok", "store": "ok"}
+    assert ok.status_code == 200
+    assert ok.json()["checks"] == {"embedding_runner": "ok", "store": "ok", "job_queue": "ok"}
     assert down.status_code == 503 and down.json()["checks"]["embedding_runner"] == "down"
+    assert down.json()["capabilities"]["search"] == "down"
 
 
 async def test_saturated_slots_answer_429(fault_settings: Settings, silent_server: str) -> None:

@@ -1,12 +1,24 @@
-"""Retry, backoff and error translation of the runner client, faults injected at the network edge."""
+"""Lanes, one deadline per call, retries, the down-runner breaker and error translation of the runner client,
+faults injected at the network edge (``httpx.MockTransport``)."""
 
 from __future__ import annotations
+
+import asyncio
+import json
+import time
 
 import httpx
 import pytest
 
-from service.clients.errors import UpstreamError, UpstreamOverloaded, UpstreamRejected, UpstreamUnavailable
+from service.clients.errors import (
+    UpstreamError,
+    UpstreamOverloaded,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 from service.clients.runner import RunnerClient
+from service.errors import Overloaded
 
 
 def _client(handler, **kw) -> RunnerClient:  # type: ignore[no-untyped-def]
@@ -69,4 +81,275 @@ async def test_invalid_json_is_a_bad_response() -> None:
     client = _client(lambda r: httpx.Response(200, content=b"not json"))
     with pytest.raises(UpstreamError, match="invalid JSON"):
         await client.post_json("/x", {})
+    await client.aclose()
+
+
+# --- one deadline per call ---------------------------------------------------------------------------------
+
+
+async def test_retries_share_one_deadline() -> None:
+    """Each answer takes 0.4 s and is a 503: with retries=5 the old per-attempt timeout let a call run for
+    6 × 0.4 s; one deadline of 1 s stops it after the attempts that fit."""
+    calls = 0
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.4)
+        return httpx.Response(503)
+
+    client = _client(handler, retries=5)
+    started = time.monotonic()
+    with pytest.raises((UpstreamUnavailable, UpstreamTimeout)):
+        await client.post_json("/v1/embeddings", {}, timeout_s=1.0)
+    elapsed = time.monotonic() - started
+    await client.aclose()
+    assert elapsed < 1.15
+    assert calls in (2, 3)
+
+
+async def test_connect_timeout_is_retried_inside_the_deadline() -> None:
+    attempts: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        attempts.append("timeout" if not attempts else "answer")
+        if len(attempts) == 1:
+            raise httpx.ConnectTimeout("connect timed out", request=request)
+        return httpx.Response(200, json={"ok": True})
+
+    client = _client(handler)
+    assert await client.post_json("/v1/embeddings", {}) == {"ok": True}
+    await client.aclose()
+    assert attempts == ["timeout", "answer"]
+
+
+async def test_connect_errors_are_retried_even_for_non_idempotent_calls() -> None:
+    """Nothing was sent when the connection could not be made; a connection lost mid-request is not retried
+    for a call that is not idempotent (the runner may have done the work)."""
+    refused: list[str] = []
+
+    def refuse_once(request: httpx.Request) -> httpx.Response:
+        if not refused:
+            refused.append("refused")
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json={"n": len(refused)})
+
+    client = _client(refuse_once)
+    assert await client.post_json("/v1/chat/completions", {}, idempotent=False) == {"n": 1}
+    await client.aclose()
+
+    lost = 0
+
+    def lose(request: httpx.Request) -> httpx.Response:
+        nonlocal lost
+        lost += 1
+        raise httpx.RemoteProtocolError("server disconnected", request=request)
+
+    client = _client(lose)
+    with pytest.raises(UpstreamUnavailable, match="connection lost"):
+        await client.post_json("/v1/chat/completions", {}, idempotent=False)
+    await client.aclose()
+    assert lost == 1
+
+
+async def test_a_read_timeout_is_504_at_the_deadline() -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(5)
+        return httpx.Response(200, json={})
+
+    client = _client(handler)
+    started = time.monotonic()
+    with pytest.raises(UpstreamTimeout):
+        await client.post_json("/v1/embeddings", {}, timeout_s=0.5)
+    elapsed = time.monotonic() - started
+    await client.aclose()
+    assert 0.45 < elapsed < 0.8
+
+
+# --- a runner that is down ---------------------------------------------------------------------------------
+
+
+class DownRunner:
+    """Refuses every connection until ``up()``; records each request path, in order."""
+
+    def __init__(self) -> None:
+        self.is_up = False
+        self.seen: list[str] = []
+
+    def up(self) -> None:
+        self.is_up = True
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request.url.path)
+        if not self.is_up:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json={"ok": True})
+
+
+async def test_a_down_runner_answers_queries_503_at_once_with_retry_after() -> None:
+    runner = DownRunner()
+    client = _client(runner, retries=2, breaker_threshold=3, probe_interval_s=0.3, unavailable_retry_after_s=4)
+    with pytest.raises(UpstreamUnavailable) as first:
+        await client.post_json("/v1/embeddings", {})
+    assert runner.seen == ["/v1/embeddings"] * 3  # the call and its two retries opened the breaker
+    assert first.value.headers == {"Retry-After": "4"}
+
+    started = time.monotonic()
+    with pytest.raises(UpstreamUnavailable, match="runner is down") as fast:
+        await client.post_json("/v1/embeddings", {})
+    assert time.monotonic() - started < 0.05
+    assert runner.seen == ["/v1/embeddings"] * 3  # not even a probe: the last failure is that recent
+    assert fast.value.headers == {"Retry-After": "4"}
+
+    await asyncio.sleep(0.35)  # a probe is due: the runner is still down, one /health, no request
+    with pytest.raises(UpstreamUnavailable, match="runner is down"):
+        await client.post_json("/v1/embeddings", {})
+    assert runner.seen[3:] == ["/health"]
+
+    runner.up()
+    await asyncio.sleep(0.35)
+    assert await client.post_json("/v1/embeddings", {}) == {"ok": True}
+    assert runner.seen[4:] == ["/health", "/v1/embeddings"]
+    await client.aclose()
+
+
+async def test_a_bulk_call_waits_for_the_runner_to_come_back() -> None:
+    runner = DownRunner()
+    client = _client(runner, breaker_threshold=2, probe_interval_s=0.1)
+    bulk = asyncio.create_task(client.post_json("/v1/embeddings", {}, lane="bulk", timeout_s=10))
+    await asyncio.sleep(0.8)
+    assert not bulk.done()
+    with pytest.raises(UpstreamUnavailable):  # meanwhile a query is told at once
+        await client.post_json("/v1/embeddings", {}, lane="query")
+    runner.up()
+    assert await asyncio.wait_for(bulk, 2) == {"ok": True}
+    assert runner.seen[-1] == "/v1/embeddings" and runner.seen.count("/health") >= 3
+    await client.aclose()
+
+
+async def test_a_bulk_call_gives_up_at_its_deadline() -> None:
+    runner = DownRunner()
+    client = _client(runner, breaker_threshold=2, probe_interval_s=0.1)
+    started = time.monotonic()
+    with pytest.raises(UpstreamUnavailable):
+        await client.post_json("/v1/embeddings", {}, lane="bulk", timeout_s=1.0)
+    assert 0.8 < time.monotonic() - started < 1.2
+    await client.aclose()
+
+
+# --- lanes -------------------------------------------------------------------------------------------------
+
+
+async def test_bulk_requests_in_flight_are_bounded_and_queries_pass_them() -> None:
+    """Six bulk calls: never more than two reach the runner at once, and a query sent while they queue is
+    answered before the first bulk call finishes."""
+    release = asyncio.Event()
+    events: list[tuple[str, str]] = []
+    in_flight = {"bulk": 0}
+    peak = 0
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal peak
+        kind = json.loads(request.content)["kind"]
+        events.append(("start", kind))
+        if kind == "bulk":
+            in_flight["bulk"] += 1
+            peak = max(peak, in_flight["bulk"])
+            await release.wait()
+            in_flight["bulk"] -= 1
+        events.append(("end", kind))
+        return httpx.Response(200, json={"kind": kind})
+
+    client = _client(handler, max_concurrency=4, bulk_max_inflight=2)
+    bulk = [asyncio.create_task(client.post_json("/v1/embeddings", {"kind": "bulk"}, lane="bulk")) for _ in range(6)]
+    await asyncio.sleep(0.1)
+    assert client.lanes.in_flight == {"query": 0, "bulk": 2}
+    assert await client.post_json("/v1/embeddings", {"kind": "query"}) == {"kind": "query"}
+    assert events == [("start", "bulk"), ("start", "bulk"), ("start", "query"), ("end", "query")]
+    release.set()
+    assert [r["kind"] for r in await asyncio.gather(*bulk)] == ["bulk"] * 6
+    await client.aclose()
+    assert peak == 2
+
+
+async def test_full_query_slots_answer_429_while_bulk_has_its_own() -> None:
+    release = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await release.wait()
+        return httpx.Response(200, json={})
+
+    client = _client(handler, max_concurrency=1, acquire_timeout_s=0.1, bulk_max_inflight=1)
+    held = asyncio.create_task(client.post_json("/x", {}))
+    bulk = asyncio.create_task(client.post_json("/x", {}, lane="bulk"))
+    await asyncio.sleep(0.05)
+    assert client.lanes.in_flight == {"query": 1, "bulk": 1}
+    with pytest.raises(Overloaded) as exc:
+        await client.post_json("/x", {})
+    assert exc.value.status_code == 429 and exc.value.headers == {"Retry-After": "1"}
+    release.set()
+    await asyncio.gather(held, bulk)
+    await client.aclose()
+
+
+async def test_a_runner_coming_back_is_tried_by_one_request_at_a_time() -> None:
+    """Its /health answers but its first request is slow: one query tries it (and times out: 504), the
+    others are told 503 meanwhile; the next trial's answer lets every query through again."""
+    state = {"up": False, "slow": True}
+    sent: list[float] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if not state["up"]:
+            raise httpx.ConnectError("connection refused", request=request)
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        sent.append(time.monotonic())
+        if state["slow"]:
+            await asyncio.sleep(5)
+        return httpx.Response(200, json={"ok": True})
+
+    client = _client(handler, retries=0, breaker_threshold=1, probe_interval_s=0.2)
+    with pytest.raises(UpstreamUnavailable):
+        await client.post_json("/x", {})
+    assert client.breaker.state == "open"
+    state["up"] = True
+    await asyncio.sleep(0.25)
+    trial = asyncio.create_task(client.post_json("/x", {}, timeout_s=0.5))
+    await asyncio.sleep(0.05)
+    assert client.breaker.state == "half_open"
+    with pytest.raises(UpstreamUnavailable, match="one request at a time"):
+        await client.post_json("/x", {})
+    with pytest.raises(UpstreamTimeout):
+        await trial
+    assert client.breaker.state == "open" and len(sent) == 1
+    state["slow"] = False
+    await asyncio.sleep(0.25)
+    assert await client.post_json("/x", {}) == {"ok": True}
+    assert client.breaker.state == "closed"
+    assert await asyncio.gather(*(client.post_json("/x", {}) for _ in range(3))) == [{"ok": True}] * 3
+    await client.aclose()
+
+
+async def test_a_cancelled_trial_lets_the_next_request_try() -> None:
+    up = {"v": False}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if not up["v"]:
+            raise httpx.ConnectError("connection refused", request=request)
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        await asyncio.sleep(0.3)
+        return httpx.Response(200, json={"ok": True})
+
+    client = _client(handler, retries=0, breaker_threshold=1, probe_interval_s=0.1)
+    with pytest.raises(UpstreamUnavailable):
+        await client.post_json("/x", {})
+    up["v"] = True
+    await asyncio.sleep(0.15)
+    trial = asyncio.create_task(client.post_json("/x", {}))
+    await asyncio.sleep(0.05)
+    trial.cancel()  # the client went away mid-trial
+    with pytest.raises(asyncio.CancelledError):
+        await trial
+    assert await client.post_json("/x", {}) == {"ok": True}
     await client.aclose()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
+from service.client import AsyncClient
 from service.config import Settings
 from service.evaluation.tuning import Setting, candidate_lists, fuse, grid
 from tests.support.app import app_client
@@ -30,7 +30,7 @@ async def test_offline_fusion_matches_the_service(minilm_settings: Settings, set
     async with app_client(minilm_settings) as client:
         await client.post("/v1/collections", json={"name": "c"})
         await client.post("/v1/collections/c/documents", json={"documents": DOCS})
-        lists = await candidate_lists(client, "c", queries, depth=len(DOCS))
+        lists = await candidate_lists(AsyncClient(http_client=client), "c", queries, depth=len(DOCS))
         served = {}
         for qid, text in queries.items():
             r = await client.post("/v1/search", json={"collection": "c", "query": text, "top_k": len(DOCS),
@@ -62,7 +62,6 @@ async def test_candidate_lists_tolerate_stopword_only_queries(minilm_settings: S
     async with app_client(minilm_settings) as client:
         await client.post("/v1/collections", json={"name": "c"})
         await client.post("/v1/collections/c/documents", json={"documents": DOCS})
-        lists = await candidate_lists(client, "c", {"q": "the of and"}, depth=3)
+        lists = await candidate_lists(AsyncClient(http_client=client), "c", {"q": "the of and"}, depth=3)
     assert lists["q"]["sparse"] == [] and len(lists["q"]["dense"]) == 3
     assert isinstance(lists["q"]["dense"][0].score, float)
-    _ = httpx  # the client type used above

@@ -1,0 +1,63 @@
+"""The Python client for ragserve: ``Client`` (blocking) and ``AsyncClient`` (asyncio), one implementation.
+
+::
+
+    from service.client import Client
+
+    with Client("http://127.0.0.1:8000", api_key=KEY) as rs:
+        rs.ensure_collection("kb")
+        job = rs.ingest_path("kb", "./docs", progress=lambda job: print(job.progress.fraction))
+        for hit in rs.search("kb", "how do I rotate keys?", top_k=5).hits:
+            print(hit.score, hit.doc_id, hit.text)
+        with rs.chat_stream("How do I rotate keys?", collections=["kb"]) as answer:
+            for delta in answer:
+                print(delta, end="")
+        print(answer.citations)
+
+Errors are the typed exceptions of :mod:`service.client.errors`.
+"""
+
+from indexer.spec import IngestOptions
+from service.client.aio import AsyncClient
+from service.client.errors import (
+    APIError,
+    Conflict,
+    ConnectionFailed,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    RagserveClientError,
+    RateLimited,
+    ServerError,
+    Timeout,
+    Unauthorized,
+    Unavailable,
+)
+from service.client.inputs import Document, data_url
+from service.client.models import (
+    ChatResult,
+    Citation,
+    Collection,
+    DeleteResult,
+    Embeddings,
+    ImageInfo,
+    Job,
+    JobCounts,
+    JobProgress,
+    RerankResult,
+    Retrieval,
+    SearchHit,
+    SearchResult,
+    UpsertResult,
+)
+from service.client.streaming import AsyncChatStream, ChatStream
+from service.client.sync import Client
+
+__all__ = [
+    "APIError", "AsyncChatStream", "AsyncClient", "ChatResult", "ChatStream", "Citation", "Client", "Collection",
+    "Conflict", "ConnectionFailed", "DeleteResult", "Document", "Embeddings", "Forbidden", "ImageInfo", "IngestOptions",
+    "InvalidRequest", "Job", "JobCounts", "JobProgress", "NotFound", "PayloadTooLarge", "RagserveClientError",
+    "RateLimited", "RerankResult", "Retrieval", "SearchHit", "SearchResult", "ServerError", "Timeout",
+    "Unauthorized", "Unavailable", "UpsertResult", "data_url",
+]

@@ -1,0 +1,344 @@
+"""ragserve's operations, written once (see :mod:`service.client.protocol`); ``Client`` and ``AsyncClient``
+inherit them and differ only in how they perform the steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx
+
+from indexer.spec import IngestOptions, PathSource
+from service.client.errors import NotFound, RateLimited, Timeout, Unavailable
+from service.client.inputs import Document, ImageArg, Message, chat_messages, document_body, image_bytes, image_url
+from service.client.models import (
+    ChatResult,
+    Collection,
+    DeleteResult,
+    Embeddings,
+    Job,
+    RerankResult,
+    SearchResult,
+    UpsertResult,
+)
+from service.client.protocol import Call, Operation, Sleep, Step, StreamCall, operation, streaming
+from service.client.streaming import ChatStreamDecoder, chat_result
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+ProgressCallback = Callable[[Job], None]
+Mode = Literal["dense", "sparse", "hybrid"]
+
+
+def _name(name: str) -> str:
+    return quote(name, safe="")
+
+
+def _options(options: IngestOptions | Mapping[str, Any] | None, **defaults: Any) -> dict[str, Any]:
+    """Ingest options checked here (the server's own model), so a typo fails before any upload."""
+    given = options.model_dump(exclude_unset=True) if isinstance(options, IngestOptions) else dict(options or {})
+    return IngestOptions.model_validate({**defaults, **given}).model_dump(exclude_none=True)
+
+
+class ClientBase:
+    """Configuration both clients share, and every operation."""
+
+    def __init__(self, base_url: str | None, api_key: str | None, *, max_retries: int) -> None:
+        self.base_url = (base_url or os.environ.get("RAGSERVE_URL") or DEFAULT_URL).rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get("RAGSERVE_API_KEY")
+        self.max_retries = max_retries
+        self.max_retry_wait_s = 30.0
+
+    @property
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _send(self, call: Call) -> Generator[Step, httpx.Response | None, httpx.Response]:
+        """One exchange, retried after the server's Retry-After when it was refused for load (429, or 503
+        with Retry-After: nothing was done, so resending is safe), at most ``max_retries`` times."""
+        attempt = 0
+        while True:
+            try:
+                response = yield call
+                assert response is not None
+                return response
+            except (RateLimited, Unavailable) as exc:
+                if exc.retry_after is None or attempt >= self.max_retries:
+                    raise
+                attempt += 1
+                yield Sleep(min(exc.retry_after, self.max_retry_wait_s))
+
+    def _json(self, call: Call) -> Generator[Step, httpx.Response | None, Any]:
+        response = yield from self._send(call)
+        return response.json() if response.content else None
+
+    # --- collections --------------------------------------------------------------------------------
+
+    @operation
+    def list_collections(self) -> Operation[list[Collection]]:
+        body = yield from self._json(Call("GET", "/v1/collections"))
+        return [Collection.model_validate(c) for c in body["collections"]]
+
+    @operation
+    def get_collection(self, name: str) -> Operation[Collection]:
+        """The collection with its exact point count; raises NotFound."""
+        return Collection.model_validate((yield from self._json(Call("GET", f"/v1/collections/{_name(name)}"))))
+
+    @operation
+    def create_collection(self, name: str, *, dimensions: int | None = None,
+                          filter_fields: Mapping[str, str] | None = None,
+                          sparse: bool | Mapping[str, Any] = True) -> Operation[Collection]:
+        """Create a collection; raises Conflict if it exists."""
+        body: dict[str, Any] = {"name": name, "filter_fields": dict(filter_fields or {}),
+                                "sparse": sparse if isinstance(sparse, bool) else dict(sparse)}
+        if dimensions is not None:
+            body["dimensions"] = dimensions
+        return Collection.model_validate((yield from self._json(Call("POST", "/v1/collections", json=body))))
+
+    @operation
+    def ensure_collection(self, name: str, *, dimensions: int | None = None,
+                          filter_fields: Mapping[str, str] | None = None,
+                          sparse: bool | Mapping[str, Any] = True) -> Operation[Collection]:
+        """The collection, created first (with these settings) when there is none."""
+        try:
+            return (yield from ClientBase.get_collection.fn(self, name))
+        except NotFound:
+            return (yield from ClientBase.create_collection.fn(
+                self, name, dimensions=dimensions, filter_fields=filter_fields, sparse=sparse))
+
+    @operation
+    def delete_collection(self, name: str) -> Operation[None]:
+        yield from self._send(Call("DELETE", f"/v1/collections/{_name(name)}"))
+
+    # --- documents ----------------------------------------------------------------------------------
+
+    @operation
+    def upsert_documents(self, collection: str,
+                         documents: Iterable[Document | Mapping[str, Any]]) -> Operation[UpsertResult]:
+        """Embed and store already split documents in one call (the server's limit is 1,000 a call)."""
+        body = {"documents": [document_body(d) for d in documents]}
+        path = f"/v1/collections/{_name(collection)}/documents"
+        return UpsertResult.model_validate((yield from self._json(Call("POST", path, json=body))))
+
+    @operation
+    def delete_document(self, collection: str, doc_id: str) -> Operation[None]:
+        """Delete one document and all its chunks; raises NotFound when the collection does not hold it."""
+        yield from self._send(Call("DELETE", f"/v1/collections/{_name(collection)}/documents/{quote(doc_id)}"))
+
+    @operation
+    def delete_documents(self, collection: str, *, filter: Mapping[str, Any] | None = None, all: bool = False,
+                         dry_run: bool = False) -> Operation[DeleteResult]:
+        """Delete every document any chunk of which matches ``filter`` (the search filter language), whole.
+        ``dry_run`` only counts. An empty filter is refused unless ``all=True``."""
+        body = {"filter": dict(filter or {}), "all": all, "dry_run": dry_run}
+        path = f"/v1/collections/{_name(collection)}/documents/delete"
+        return DeleteResult.model_validate((yield from self._json(Call("POST", path, json=body))))
+
+    # --- ingest jobs --------------------------------------------------------------------------------
+
+    @operation
+    def ingest_files(self, collection: str, files: Mapping[str, bytes] | Sequence[tuple[str, bytes]], *,
+                     options: IngestOptions | Mapping[str, Any] | None = None, wait: bool = True,
+                     progress: ProgressCallback | None = None, poll_s: float = 0.5,
+                     timeout_s: float | None = None) -> Operation[Job]:
+        """Upload files (name: a relative path, kept as the document id) as one ingest job; with ``wait``,
+        poll it to its end, calling ``progress(job)`` after every poll."""
+        pairs = list(files.items()) if isinstance(files, Mapping) else list(files)
+        if not pairs:
+            raise ValueError("no files to ingest")
+        call = Call("POST", f"/v1/collections/{_name(collection)}/ingest",
+                    files=[("files", (name, data, "application/octet-stream")) for name, data in pairs],
+                    data={"options": json.dumps(_options(options))})
+        job = Job.model_validate((yield from self._json(call)))
+        if not wait:
+            return job
+        return (yield from ClientBase.wait_for_job.fn(self, job.id, progress=progress, poll_s=poll_s,
+                                                       timeout_s=timeout_s))
+
+    @operation
+    def ingest_path(self, collection: str, path: str | os.PathLike[str], *, server_path: bool = False,
+                    include: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
+                    name_prefix: str = "", options: IngestOptions | Mapping[str, Any] | None = None,
+                    on_skip: Callable[[str, str], None] | None = None, wait: bool = True,
+                    progress: ProgressCallback | None = None, poll_s: float = 0.5,
+                    timeout_s: float | None = None) -> Operation[Job]:
+        """Index a file or folder: uploaded from here (read now; ``on_skip(name, why)`` for a file that
+        cannot be read), or with ``server_path`` read by the server itself, under its allowed roots.
+        The source is named ``path:<absolute path>``, so a re-run with ``prune`` re-syncs it either way."""
+        from indexer.documents import SourceFile
+        from indexer.sources import path_files
+
+        source = PathSource(path=str(Path(path).resolve()), include=list(include or ["**/*"]),
+                            exclude=list(exclude or []), name_prefix=name_prefix)
+        body = _options(options, source_name=f"path:{source.path}")
+        if server_path:
+            call = Call("POST", f"/v1/collections/{_name(collection)}/ingest",
+                        json={**body, "source": source.model_dump()})
+            job = Job.model_validate((yield from self._json(call)))
+            if not wait:
+                return job
+            return (yield from ClientBase.wait_for_job.fn(self, job.id, progress=progress, poll_s=poll_s,
+                                                           timeout_s=timeout_s))
+        files: list[tuple[str, bytes]] = []
+        for item in path_files(source, max_bytes=1 << 62):  # the server applies its own size limit
+            if isinstance(item, SourceFile):
+                files.append((item.name, item.data))
+            elif on_skip is not None:
+                on_skip(item.file, item.error)
+        if not files:
+            raise ValueError(f"no files to index under {path}")
+        return (yield from ClientBase.ingest_files.fn(self, collection, files, options=body, wait=wait,
+                                                       progress=progress, poll_s=poll_s, timeout_s=timeout_s))
+
+    @operation
+    def ingest_urls(self, collection: str, urls: Sequence[str], *,
+                    options: IngestOptions | Mapping[str, Any] | None = None, wait: bool = True,
+                    progress: ProgressCallback | None = None, poll_s: float = 0.5,
+                    timeout_s: float | None = None) -> Operation[Job]:
+        """Index web pages the server fetches itself (only from its allowed domains)."""
+        call = Call("POST", f"/v1/collections/{_name(collection)}/ingest",
+                    json={**_options(options), "source": {"kind": "url", "urls": list(urls)}})
+        job = Job.model_validate((yield from self._json(call)))
+        if not wait:
+            return job
+        return (yield from ClientBase.wait_for_job.fn(self, job.id, progress=progress, poll_s=poll_s,
+                                                       timeout_s=timeout_s))
+
+    @operation
+    def get_job(self, job_id: str) -> Operation[Job]:
+        return Job.model_validate((yield from self._json(Call("GET", f"/v1/jobs/{_name(job_id)}"))))
+
+    @operation
+    def list_jobs(self, *, limit: int = 50) -> Operation[list[Job]]:
+        body = yield from self._json(Call("GET", "/v1/jobs", params={"limit": limit}))
+        return [Job.model_validate(j) for j in body["jobs"]]
+
+    @operation
+    def cancel_job(self, job_id: str) -> Operation[Job]:
+        return Job.model_validate((yield from self._json(Call("DELETE", f"/v1/jobs/{_name(job_id)}"))))
+
+    @operation
+    def wait_for_job(self, job_id: str, *, progress: ProgressCallback | None = None, poll_s: float = 0.5,
+                     timeout_s: float | None = None) -> Operation[Job]:
+        """Poll a job until it has ended (succeeded, failed or cancelled: look at ``job.state``); raises
+        Timeout (status None) when ``timeout_s`` passes first."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            job = yield from ClientBase.get_job.fn(self, job_id)
+            if progress is not None:
+                progress(job)
+            if job.done:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise Timeout(f"job {job_id} still {job.state} after {timeout_s}s", status_code=None,
+                              code="wait_timeout")
+            yield Sleep(poll_s)
+
+    # --- search -------------------------------------------------------------------------------------
+
+    @operation
+    def search(self, collection: str, query: str | None = None, *, top_k: int = 10,
+               filter: Mapping[str, Any] | None = None, mode: Mode | None = None,
+               fusion: Literal["rrf", "dbsf"] | None = None, rerank: bool | None = None,
+               rerank_candidates: int | None = None, rerank_instruction: str | None = None,
+               instruction: str | None = None, image: ImageArg | None = None) -> Operation[SearchResult]:
+        """Ranked chunks for a query, an image, or both. ``rerank`` None: the server's default (on when it
+        has a reranker). An image as a URL goes as ``image.url``; bytes or a Path are uploaded."""
+        body: dict[str, Any] = {"collection": collection, "top_k": top_k}
+        options = {"query": query, "filter": dict(filter) if filter else None, "mode": mode, "fusion": fusion,
+                   "instruction": instruction}
+        body.update({k: v for k, v in options.items() if v is not None})
+        if rerank is not None or rerank_candidates is not None or rerank_instruction is not None:
+            body["rerank"] = {"enabled": True if rerank is None else rerank}
+            if rerank_candidates is not None:
+                body["rerank"]["top_n"] = rerank_candidates
+            if rerank_instruction is not None:
+                body["rerank"]["instruction"] = rerank_instruction
+        url = image_url(image) if image is not None else None
+        if image is None or url is not None:
+            if url is not None:
+                body["image"] = {"url": url}
+            call = Call("POST", "/v1/search", json=body)
+        else:
+            call = Call("POST", "/v1/search/upload", data={"request": json.dumps(body)},
+                        files=[("image", image_bytes(image))])  # type: ignore[arg-type]
+        return SearchResult.model_validate((yield from self._json(call)))
+
+    # --- generation ---------------------------------------------------------------------------------
+
+    @operation
+    def chat(self, messages: str | Sequence[Message], *, collections: Sequence[str] | None = None,
+             image: ImageArg | None = None, model: str | None = None, max_tokens: int | None = None,
+             temperature: float | None = None, context_top_k: int | None = None, rerank: bool | None = None,
+             filter: Mapping[str, Any] | None = None,
+             extra: Mapping[str, Any] | None = None) -> Operation[ChatResult]:
+        """A chat completion; with ``collections``, grounded in them, with citations. ``extra``: more
+        request fields as the API takes them (seed, top_p, stop...)."""
+        body = _chat_body(messages, collections, image, model, max_tokens, temperature, context_top_k, rerank,
+                          filter, extra, stream=False)
+        return chat_result((yield from self._json(Call("POST", "/v1/chat/completions", json=body))))
+
+    @streaming
+    def chat_stream(self, messages: str | Sequence[Message], *, collections: Sequence[str] | None = None,
+                    image: ImageArg | None = None, model: str | None = None, max_tokens: int | None = None,
+                    temperature: float | None = None, context_top_k: int | None = None,
+                    rerank: bool | None = None, filter: Mapping[str, Any] | None = None,
+                    extra: Mapping[str, Any] | None = None) -> StreamCall:
+        """The same, streamed: iterate the stream for text deltas; afterwards ``stream.citations``,
+        ``stream.retrieval`` and ``stream.finish_reason`` hold the end of the answer."""
+        body = _chat_body(messages, collections, image, model, max_tokens, temperature, context_top_k, rerank,
+                          filter, extra, stream=True)
+        return StreamCall(Call("POST", "/v1/chat/completions", json=body), ChatStreamDecoder)
+
+    # --- the runners' own APIs ----------------------------------------------------------------------
+
+    @operation
+    def embed(self, texts: str | Sequence[str], *, dimensions: int | None = None) -> Operation[Embeddings]:
+        """Embeddings of texts as they are (no query instruction), in input order."""
+        body: dict[str, Any] = {"input": [texts] if isinstance(texts, str) else list(texts),
+                                "encoding_format": "float"}
+        if dimensions is not None:
+            body["dimensions"] = dimensions
+        payload = yield from self._json(Call("POST", "/v1/embeddings", json=body))
+        data = sorted(payload["data"], key=lambda d: d["index"])
+        return Embeddings(model=payload.get("model", ""), vectors=[d["embedding"] for d in data],
+                          usage=payload.get("usage"))
+
+    @operation
+    def rerank(self, query: str, documents: Sequence[str], *, top_n: int | None = None,
+               instruction: str | None = None) -> Operation[list[RerankResult]]:
+        """Documents scored against the query, best first."""
+        body: dict[str, Any] = {"query": query, "documents": list(documents)}
+        if top_n is not None:
+            body["top_n"] = top_n
+        if instruction is not None:
+            body["instruction"] = instruction
+        payload = yield from self._json(Call("POST", "/v1/rerank", json=body))
+        return [RerankResult(index=r["index"], relevance_score=r["relevance_score"],
+                             text=(r.get("document") or {}).get("text")) for r in payload["results"]]
+
+
+def _chat_body(messages: str | Sequence[Message], collections: Sequence[str] | None, image: ImageArg | None,
+               model: str | None, max_tokens: int | None, temperature: float | None, context_top_k: int | None,
+               rerank: bool | None, filter: Mapping[str, Any] | None, extra: Mapping[str, Any] | None, *,
+               stream: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {**dict(extra or {}), "messages": chat_messages(messages, image), "stream": stream}
+    for key, value in {"model": model, "max_tokens": max_tokens, "temperature": temperature}.items():
+        if value is not None:
+            body[key] = value
+    if collections:
+        ext: dict[str, Any] = {"collections": list(collections)}
+        if context_top_k is not None:
+            ext["top_k"] = context_top_k
+        if rerank is not None:
+            ext["rerank"] = rerank
+        if filter is not None:
+            ext["filter"] = dict(filter)
+        body["ragserve"] = ext
+    elif context_top_k is not None or rerank is not None or filter is not None:
+        raise ValueError("context_top_k, rerank and filter apply to grounded chat: pass collections")
+    return body

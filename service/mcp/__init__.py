@@ -1,0 +1,1 @@
+"""ragserve as a Model Context Protocol server: its search and its collections as MCP tools."""

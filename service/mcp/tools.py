@@ -1,0 +1,117 @@
+"""The MCP tools, on the ``mcp`` SDK's ``MCPServer``: ``search`` and ``list_collections``.
+
+They run in the API process and call the same code the HTTP routes do (``run_search``, the store), with the
+request's lifespan services (the HTTP request that carried the MCP message holds them). A refusal becomes a
+tool error whose text starts with ragserve's error code, e.g. ``collection_not_found: ...``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field, ValidationError
+
+from service import __version__
+from service.api.routes.search import run_search
+from service.api.schemas.search import SearchRequest
+from service.api.state import Services
+from service.auth.principal import Principal
+from service.errors import RagserveError
+
+INSTRUCTIONS = (
+    "ragserve retrieves passages from indexed document collections. Call list_collections to see what is "
+    "indexed, then search a collection with the user's question; cite hits by doc_id."
+)
+
+
+class Hit(BaseModel):
+    rank: int
+    doc_id: str
+    chunk_index: int
+    text: str
+    score: float = Field(description="The score hits are ordered by (the reranker's when reranked).")
+    vector_score: float
+    rerank_score: float | None = None
+    metadata: dict[str, Any]
+    location: dict[str, Any] | None = None
+
+
+class SearchOutput(BaseModel):
+    collection: str
+    query: str
+    mode: str
+    reranked: bool
+    hits: list[Hit]
+
+
+class CollectionSummary(BaseModel):
+    name: str
+    points: int = Field(description="Stored chunks.")
+    dimensions: int
+    model: str | None
+
+
+class CollectionsOutput(BaseModel):
+    collections: list[CollectionSummary]
+
+
+def _services(ctx: Context) -> Services:
+    request = ctx.request_context.request
+    services: Services = request.state.services  # type: ignore[union-attr]
+    return services
+
+
+def _principal(ctx: Context) -> Principal:
+    """The key the /mcp endpoint authenticated for this request."""
+    request = ctx.request_context.request
+    principal: Principal = request.state.principal  # type: ignore[union-attr]
+    return principal
+
+
+def _tool_error(exc: RagserveError) -> ToolError:
+    where = f" (param {exc.param})" if exc.param else ""
+    return ToolError(f"{exc.code}: {exc.message}{where}")
+
+
+def build_server() -> MCPServer:
+    server: MCPServer = MCPServer("ragserve", version=__version__, instructions=INSTRUCTIONS)
+
+    @server.tool(description="Search a ragserve collection: the passages that best answer the query, ranked, "
+                             "with their text, scores, metadata and location in the document.")
+    async def search(
+        collection: str, query: str, ctx: Context, top_k: int = 5, filter: dict[str, Any] | None = None,
+        mode: Literal["dense", "sparse", "hybrid"] | None = None, rerank: bool | None = None,
+    ) -> SearchOutput:
+        try:
+            body = SearchRequest.model_validate({
+                "collection": collection, "query": query, "top_k": top_k, "filter": filter, "mode": mode,
+                "rerank": None if rerank is None else {"enabled": rerank}})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ToolError(f"validation_error: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+        try:
+            principal = _principal(ctx)
+            principal.check_collection(body.collection)
+            result = await run_search(body, None, _services(ctx), principal)
+        except RagserveError as exc:
+            raise _tool_error(exc) from exc
+        hits = [Hit(rank=h.rank, doc_id=h.doc_id, chunk_index=h.chunk_index, text=h.text, score=h.score,
+                    vector_score=h.vector_score, rerank_score=h.rerank_score, metadata=h.metadata,
+                    location=h.location) for h in result.hits]
+        return SearchOutput(collection=result.collection, query=result.query, mode=result.mode,
+                            reranked=result.reranked, hits=hits)
+
+    @server.tool(description="The collections ragserve holds, with their sizes.")
+    async def list_collections(ctx: Context) -> CollectionsOutput:
+        try:
+            principal = _principal(ctx)
+            infos = [i for i in await _services(ctx).store.list_collections() if principal.may_reach(i.name)]
+        except RagserveError as exc:
+            raise _tool_error(exc) from exc
+        return CollectionsOutput(collections=[
+            CollectionSummary(name=i.name, points=i.points, dimensions=i.dimensions, model=i.model) for i in infos
+        ])
+
+    return server

@@ -1,0 +1,88 @@
+"""Keep the runners up: one that exits while it should be running is restarted, with backoff, and logged.
+
+Each runner gets a watcher thread. When its process has exited (a crash, an OOM kill, ``kill -9``), the
+watcher kills what is left of its process group (vLLM's engine-core child would otherwise keep the memory),
+waits the backoff (1 s, doubling up to ``max_backoff_s``; back to 1 s once a runner stayed up ``stable_s``),
+starts it again with the same command line and waits for its ``/health``. A runner that comes back unhealthy
+is killed and tried again with the next backoff. Meanwhile ragserve's runner clients answer 503 with
+``Retry-After`` for queries and hold bulk (indexing) calls until the runner answers again.
+
+Each restart is started by the runner's own watcher thread: ``PR_SET_PDEATHSIG`` (set in the child) fires when
+the *thread* that forked it ends, and the watcher lives exactly as long as the supervision.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from service.runners.launcher import RunnerProcess, RunnerStartError
+
+log = logging.getLogger("ragserve.runners")
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    initial_backoff_s: float = 1.0
+    max_backoff_s: float = 60.0
+    stable_s: float = 120.0
+    """A runner up this long has its backoff reset."""
+    startup_timeout_s: float = 600.0
+    poll_s: float = 0.5
+
+
+class Supervisor:
+    def __init__(self, processes: Sequence[RunnerProcess], policy: RestartPolicy | None = None) -> None:
+        self.processes = list(processes)
+        self.policy = policy or RestartPolicy()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._watch, args=(p,), name=f"supervise-{p.spec.name}", daemon=True)
+            for p in self.processes
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Stop watching (restarts in progress are abandoned); the caller then stops the processes."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+    def _watch(self, runner: RunnerProcess) -> None:
+        policy = self.policy
+        backoff = policy.initial_backoff_s
+        up_since = time.monotonic()
+        while not self._stop.wait(policy.poll_s):
+            process = runner.process
+            code = process.poll() if process is not None else -1
+            if code is None:
+                if time.monotonic() - up_since >= policy.stable_s:
+                    backoff = policy.initial_backoff_s
+                continue
+            runner.restarts += 1
+            log.error("%s runner (pid %s) exited with %s; restarting it in %gs (restart %d)",
+                      runner.spec.name, process.pid if process else "?", code, backoff, runner.restarts)
+            runner.kill_group()
+            if self._stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, policy.max_backoff_s)
+            started = time.monotonic()
+            try:
+                runner.start(append_log=True)
+                runner.wait_healthy(started + policy.startup_timeout_s, stop=self._stop)
+            except RunnerStartError as exc:
+                if self._stop.is_set():
+                    return
+                log.error("%s runner did not come back: %s", runner.spec.name, str(exc).splitlines()[0])
+                runner.kill_group()  # seen as exited on the next poll: tried again after the next backoff
+                continue
+            up_since = time.monotonic()
+            assert runner.process is not None
+            log.warning("%s runner is back (pid %d, healthy after %.0fs; %d restart(s) so far)",
+                        runner.spec.name, runner.process.pid, up_since - started, runner.restarts)

@@ -1,0 +1,45 @@
+"""The event-stream decoder both chat streams share, on the lines the server sends."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from service.client import ConnectionFailed, Timeout
+from service.client.streaming import ChatStreamDecoder
+
+
+def _chunk(content: str | None = None, finish: str | None = None, **extra: object) -> str:
+    choices = [] if content is None and finish is None else [{"index": 0, "delta": {"content": content},
+                                                              "finish_reason": finish}]
+    return "data: " + json.dumps({"id": "c1", "model": "m", "choices": choices, **extra})
+
+
+CITATION = {"number": 1, "collection": "kb", "doc_id": "d", "chunk_index": 0, "id": "p", "score": 0.5,
+            "rerank_score": 0.9, "cited": True, "text": "t", "slide": 3}
+
+
+def test_deltas_then_citations_then_done() -> None:
+    decoder = ChatStreamDecoder()
+    lines = [_chunk("Hel"), "", _chunk("lo [1]"), ": keep-alive", _chunk(finish="stop"),
+             _chunk(ragserve={"citations": [CITATION], "retrieval": {"collections": ["kb"], "query": "q",
+                                                                      "reranked": True}}),
+             "data: [DONE]"]
+    deltas = [d for line in lines for d in decoder.feed(line)]
+    decoder.finish()
+    result = decoder.result()
+    assert deltas == ["Hel", "lo [1]"]
+    assert (result.content, result.finish_reason, result.id, result.model) == ("Hello [1]", "stop", "c1", "m")
+    assert result.citations[0].doc_id == "d" and result.citations[0].model_extra == {"slide": 3}
+    assert result.retrieval is not None and result.retrieval.query == "q"
+
+
+def test_an_error_event_raises_its_type_and_a_cut_stream_is_refused() -> None:
+    decoder = ChatStreamDecoder()
+    decoder.feed(_chunk("a"))
+    with pytest.raises(Timeout) as timed_out:
+        decoder.feed('data: {"error": {"type": "upstream_error", "code": "upstream_timeout", "message": "slow"}}')
+    assert (timed_out.value.status_code, timed_out.value.message) == (None, "slow")
+    with pytest.raises(ConnectionFailed):
+        decoder.finish()  # no [DONE]

@@ -1,0 +1,127 @@
+"""Spans through the real app, recorded by the SDK's in-memory exporter: one per stage, with the collection and
+mode, parented under the request's span (or, for indexing, under the batch's)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from service.config import OtelSettings, Settings
+from service.observability.tracing import otlp_exporter
+from tests.support.app import app_client, wait_for_job
+
+DOCS = [{"id": f"d{i}", "text": t} for i, t in enumerate(["vault keys rotate monthly", "tickets are answered",
+                                                          "keys live in the vault"])]
+TRACE_ID, PARENT_ID = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+
+
+def _by_name(spans: tuple[ReadableSpan, ...]) -> dict[str, list[ReadableSpan]]:
+    out: dict[str, list[ReadableSpan]] = {}
+    for s in spans:
+        out.setdefault(s.name, []).append(s)
+    return out
+
+
+async def _seed(client: httpx.AsyncClient) -> None:
+    assert (await client.post("/v1/collections", json={"name": "docs"})).status_code == 201
+    assert (await client.post("/v1/collections/docs/documents", json={"documents": DOCS})).status_code == 200
+
+
+@pytest.mark.parametrize("mode, stages", [("dense", ["embed", "store"]), ("sparse", ["store"]),
+                                          ("hybrid", ["embed", "store"])])
+async def test_a_search_makes_a_span_per_stage_under_the_request_span(
+    minilm_settings: Settings, spans: InMemorySpanExporter, mode: str, stages: list[str]
+) -> None:
+    async with app_client(minilm_settings) as client:
+        await _seed(client)
+        spans.clear()
+        r = await client.post("/v1/search", json={"collection": "docs", "query": "vault keys", "mode": mode},
+                              headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
+        assert r.status_code == 200, r.text
+    by_name = _by_name(spans.get_finished_spans())
+    assert sorted(by_name) == sorted(["POST /v1/search", *stages])
+    (request,) = by_name["POST /v1/search"]
+    assert request.kind == SpanKind.SERVER
+    assert format(request.context.trace_id, "032x") == TRACE_ID  # the caller's trace continues
+    assert request.parent is not None and format(request.parent.span_id, "016x") == PARENT_ID
+    assert dict(request.attributes or {}) == {"http.request.method": "POST", "url.path": "/v1/search",
+                                               "http.route": "/v1/search", "http.response.status_code": 200}
+    for name in stages:
+        (span,) = by_name[name]
+        assert span.parent is not None and span.parent.span_id == request.context.span_id, name
+        assert span.context.trace_id == request.context.trace_id
+        assert span.attributes is not None
+        assert (span.attributes["ragserve.collection"], span.attributes["ragserve.mode"]) == ("docs", mode)
+    hits = len(r.json()["hits"])  # BM25 matches the two documents that hold a query term
+    assert by_name["store"][0].attributes["ragserve.hits"] == hits == (2 if mode == "sparse" else 3)  # type: ignore[index]
+
+
+def _rerank(request: httpx.Request) -> httpx.Response:
+    n = len(json.loads(request.content)["documents"])
+    return httpx.Response(200, json={"results": [{"index": i, "relevance_score": 1 / (i + 2)} for i in range(n)]})
+
+
+def _generate(request: httpx.Request) -> httpx.Response:
+    body = json.loads(request.content)
+    return httpx.Response(200, json={"id": "c1", "object": "chat.completion", "model": body["model"], "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "Monthly [1]."}, "finish_reason": "stop"}]})
+
+
+async def test_grounded_chat_spans_embed_store_rerank_and_generate(
+    qwen3_settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    """The qwen3 stack's real embedding runner; the reranker and the generator answer at the network edge."""
+    transports = {"rerank": httpx.MockTransport(_rerank), "generate": httpx.MockTransport(_generate)}
+    async with app_client(qwen3_settings, transports=transports) as client:
+        await _seed(client)
+        spans.clear()
+        r = await client.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "how often do keys rotate?"}],
+            "ragserve": {"collections": ["docs"], "top_k": 2}})
+        assert r.status_code == 200, r.text
+    by_name = _by_name(spans.get_finished_spans())
+    assert sorted(by_name) == ["POST /v1/chat/completions", "embed", "generate", "rerank", "store"]
+    (request,) = by_name["POST /v1/chat/completions"]
+    for name in ("embed", "store", "rerank", "generate"):
+        (span,) = by_name[name]
+        assert span.parent is not None and span.parent.span_id == request.context.span_id, name
+    assert by_name["rerank"][0].attributes == {"ragserve.collection": "docs", "ragserve.mode": "hybrid",
+                                               "ragserve.candidates": 3}
+    assert by_name["generate"][0].attributes == {"ragserve.model": r.json()["model"], "ragserve.stream": False}
+
+
+async def test_each_indexing_batch_is_a_span_with_embed_and_store_children(
+    minilm_settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    records = "\n".join(json.dumps({"_id": d["id"], "text": d["text"]}) for d in DOCS)
+    async with app_client(minilm_settings, with_worker=True) as client:
+        assert (await client.post("/v1/collections", json={"name": "docs"})).status_code == 201
+        spans.clear()
+        r = await client.post("/v1/collections/docs/ingest", files={"files": ("r.jsonl", records.encode())})
+        job = await wait_for_job(client, r.json()["id"])
+        assert job["state"] == "succeeded", job
+    by_name = _by_name(spans.get_finished_spans())
+    (batch,) = by_name["index_batch"]
+    assert batch.parent is None  # the worker's own trace, not the submitting request's
+    assert dict(batch.attributes or {}) == {
+        "ragserve.collection": "docs", "ragserve.job": job["id"], "ragserve.documents": 3, "ragserve.chunks": 3,
+        "ragserve.tokens": job["counts"]["tokens"], "ragserve.failed": False}
+    for name in ("embed", "store"):
+        (span,) = [s for s in by_name[name] if s.parent is not None and s.parent.span_id == batch.context.span_id]
+        assert span.attributes is not None and span.attributes["ragserve.attempt"] == 1
+
+
+def test_otlp_export_follows_the_setting_or_the_standard_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    assert otlp_exporter(OtelSettings()) is None
+    exporter = otlp_exporter(OtelSettings(endpoint="http://collector:4318/"))
+    assert exporter is not None and exporter._endpoint == "http://collector:4318/v1/traces"  # type: ignore[attr-defined]
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel.internal:4318")
+    exporter = otlp_exporter(OtelSettings())
+    assert exporter is not None and exporter._endpoint == "http://otel.internal:4318/v1/traces"  # type: ignore[attr-defined]
