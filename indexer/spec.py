@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from service.api.schemas.common import JsonInt
+from service.documents.payload import ID_PATTERN, check_metadata
 from service.store.tenancy import Tenant
+
+STRICT = ConfigDict(extra="forbid", strict=True)
+"""As the API's request models: "5" is not an integer, "true" not a boolean."""
 
 
 class PathSource(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     kind: Literal["path"] = "path"
     path: str = Field(description="A file or folder on the server, under one of RAGSERVE_INGEST__ALLOWED_ROOTS.")
@@ -31,7 +36,7 @@ class PathSource(BaseModel):
 
 
 class UrlSource(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     kind: Literal["url"] = "url"
     urls: list[str] = Field(min_length=1, max_length=1000, description="http(s) URLs on allowlisted domains.")
@@ -41,7 +46,7 @@ class UploadSource(BaseModel):
     """Files uploaded with the request, stored with the job in its queue (``JobQueue.read_upload``) until
     the job ends."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     kind: Literal["upload"] = "upload"
     files: list[str]
@@ -52,7 +57,7 @@ Source = Annotated[PathSource | UrlSource | UploadSource, Field(discriminator="k
 
 
 class IngestOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     source_name: str | None = Field(
         None, max_length=1024,
@@ -63,9 +68,12 @@ class IngestOptions(BaseModel):
         "auto",
         description="auto: files are chunked, JSONL records are passages; tokens: chunk all; none: one chunk each.",
     )
-    chunk_tokens: int | None = Field(None, ge=8, description="Tokens per chunk (capped at the model's window).")
-    chunk_overlap: int | None = Field(None, ge=0)
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Added to every document's metadata.")
+    chunk_tokens: JsonInt | None = Field(None, ge=8, description="Tokens per chunk (capped at the model's window).")
+    chunk_overlap: JsonInt | None = Field(None, ge=0)
+    metadata: Annotated[dict[Annotated[str, Field(min_length=1, max_length=256, pattern=ID_PATTERN)], Any],
+                        AfterValidator(check_metadata)] = Field(
+        default_factory=dict, description="Added to every document's metadata (the same rules as a document's)."
+    )
 
 
 class IngestSpec(IngestOptions):

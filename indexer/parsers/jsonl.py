@@ -1,13 +1,17 @@
 """One document per line: ``{"_id"|"id", "title"?, "text", "metadata"?}`` (BEIR's corpus.jsonl as it is).
 
 Each record is taken as a passage: it becomes one chunk, cut by the runner at the model's window, the
-way BEIR/MTEB embed corpora. A line that is not a valid record is reported with its line number."""
+way BEIR/MTEB embed corpora. A line that is not a valid record is reported with its line number; records
+hold to the documents API's rules (service.documents.payload), so a line nested past the store's limit,
+with a lone surrogate escape, ``NaN`` or a 100-digit integer fails its file instead of reaching the store."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from indexer.documents import ParsedDocument, Section
+from service.documents.payload import id_problem, metadata_problem, unicode_problem
 
 
 def parse(name: str, data: bytes) -> list[ParsedDocument]:
@@ -19,12 +23,10 @@ def parse(name: str, data: bytes) -> list[ParsedDocument]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-            doc_id = str(row.get("_id", row.get("id")))
-            if doc_id == "None" or not isinstance(row.get("text"), str):
-                raise ValueError("needs '_id' (or 'id') and a string 'text'")
-        except (ValueError, AttributeError) as exc:
+            row = _record(line)
+        except (ValueError, AttributeError, RecursionError) as exc:
             raise ParseError(f"line {number}: {exc}") from exc
+        doc_id = str(row.get("_id", row.get("id")))
         title = str(row.get("title") or "").strip()
         text = f"{title} {row['text'].strip()}".strip()
         meta = dict(row.get("metadata") or {})
@@ -33,3 +35,24 @@ def parse(name: str, data: bytes) -> list[ParsedDocument]:
         docs.append(ParsedDocument(doc_id=doc_id, sections=[Section(text, 0)] if text else [], metadata=meta,
                                    full_text=text, chunk=False))
     return docs
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _record(line: str) -> dict[str, Any]:
+    row = json.loads(line, parse_constant=_refuse_constant)
+    doc_id = str(row.get("_id", row.get("id")))
+    if doc_id == "None" or not isinstance(row.get("text"), str):
+        raise ValueError("needs '_id' (or 'id') and a string 'text'")
+    if (why := id_problem(doc_id)) is not None or not doc_id:
+        raise ValueError(f"id {doc_id!r} {why or 'is empty'}")
+    metadata = row.get("metadata") or {}
+    if (why := metadata_problem(metadata)) is not None:
+        raise ValueError(why)
+    for key in ("text", "title"):
+        value = row.get(key)
+        if isinstance(value, str) and (why := unicode_problem(value)) is not None:
+            raise ValueError(f"{key} {why}")
+    return row  # type: ignore[no-any-return]

@@ -16,6 +16,7 @@ from service import __version__
 from service.api.errors import install_error_handlers
 from service.api.limits import BodySizeLimit
 from service.api.metrics import Metrics, MetricsMiddleware
+from service.api.openapi import install_openapi
 from service.api.routes import chat, collections, deletion, health, ingest, mcp, passthrough, playground, search
 from service.api.state import Services
 from service.auth.keyring import KeyConfigError, keyring_from_settings
@@ -167,6 +168,7 @@ def create_app(
     app.state.metrics = metrics
     app.state.keyring = keyring
     install_error_handlers(app)
+    install_openapi(app, settings, get_profile(settings.profile))
     for router in (health.router, collections.router, deletion.router, ingest.router, search.router, passthrough.router,
                    chat.router, mcp.router, playground.router):
         app.include_router(router)

@@ -10,6 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.api.json_body import BodyError
+from service.api.schemas.common import ERROR_CODES
 from service.api.schemas.errors import ErrorBody, ErrorResponse
 from service.clients.errors import UpstreamError
 from service.errors import InsufficientStorage, RagserveError, is_disk_full
@@ -48,15 +50,38 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg")), "type": str(e.get("type"))}
         for e in errors
     ]
-    first = details[0] if details else {"loc": [], "msg": "invalid request"}
-    loc = [p for p in first["loc"] if p != "body"]  # type: ignore[union-attr]
+    first = details[0] if details else {"loc": [], "msg": "invalid request", "type": ""}
+    loc = [p for p in first["loc"] if p != "body" and not _validator_label(p)]  # type: ignore[union-attr]
     param = ".".join(loc) or None
     message = f"{param}: {first['msg']}" if param else str(first["msg"])
-    return error_response(422, "invalid_request", "validation_error", message, param=param, details=details)
+    return error_response(422, "invalid_request", _validation_code(loc, str(first["type"])), message, param=param,
+                          details=details)
+
+
+def _validator_label(part: str) -> bool:
+    """Pydantic puts the union member it tried into an error's location (``function-after[_text(), str]``,
+    ``list[constrained-str]``, ``RangeCondition``); the field path alone is the ``param``."""
+    return "[" in part or part in UNION_LABELS
+
+
+UNION_LABELS = frozenset({"str", "int", "bool", "float", "list", "dict", "RangeCondition", "RerankDocument",
+                          "SparseOptions", "TextPart", "ImagePart", "constrained-str", "constrained-int"})
+
+
+def _validation_code(loc: list[str], type_: str) -> str:
+    """The envelope's code for a validation error: ragserve's own where a validator named one, the filter
+    language's for anything under ``filter``, else ``validation_error``."""
+    if "filter" in loc[:2]:  # filter, ragserve.filter, request.filter (the upload form field)
+        return "invalid_filter"
+    if type_ in ERROR_CODES:
+        return type_
+    return "validation_error"
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if isinstance(exc, BodyError):
+        return error_response(exc.status_code, "invalid_request", exc.code, str(exc.detail))
     code = {404: "route_not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return error_response(
         exc.status_code, STATUS_TYPES.get(exc.status_code, "error"), code, str(exc.detail),

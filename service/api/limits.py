@@ -6,6 +6,8 @@ import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.api.json_body import BodyError
+
 
 class BodySizeLimit:
     """Answers 413 for a Content-Length over ``max_bytes``, and stops a body that streams past it."""
@@ -35,7 +37,7 @@ class BodySizeLimit:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise _TooLarge
+                    raise _TooLarge(limit)
             return message
 
         try:
@@ -53,5 +55,10 @@ class BodySizeLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(BodyError):
+    """Raised from ``receive`` while the app reads the body. A ``BodyError`` so that whoever reads it
+    (FastAPI's body reader, a form parser) lets it through to the error handlers, which answer 413; one
+    that escapes them is answered here."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__("request_too_large", f"request body over {limit} bytes", status_code=413)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.api.schemas.chat import SAMPLING_FIELDS, ChatCompletionRequest, ImagePart
+from service.api.schemas.common import filter_spec
 from service.clients.generation import GenerationClient
 from service.config import Settings
 from service.errors import InvalidInput, RagserveError
@@ -196,6 +197,9 @@ class ChatHandler:
         top_k = options.top_k or gen.context_top_k
         if top_k > limits.max_top_k:
             raise InvalidInput(f"top_k is over {limits.max_top_k}", code="top_k_too_large", param="ragserve.top_k")
+        if (options.rerank_candidates or 0) > limits.max_rerank_candidates:
+            raise InvalidInput(f"rerank_candidates is over {limits.max_rerank_candidates}", code="top_n_too_large",
+                               param="ragserve.rerank_candidates")
         timings: dict[str, float] = {}
         generated = None
         if image is not None:
@@ -209,7 +213,7 @@ class ChatHandler:
         else:
             raise InvalidInput("the last user message has no text or image to retrieve context for",
                                code="empty_query", param="messages")
-        query_filter = build_filter(options.filter)
+        query_filter = build_filter(filter_spec(options.filter))
         collections = list(dict.fromkeys(options.collections))
         started = time.perf_counter()
         results = await asyncio.gather(*(

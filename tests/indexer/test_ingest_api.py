@@ -205,7 +205,7 @@ async def test_bad_uploads_and_unknown_job(settings: Settings) -> None:
         invalid_json = await client.post("/v1/collections/docs/ingest", content=b"{", headers={"content-type": "application/json"})
     assert traversal.status_code == 422 and traversal.json()["error"]["code"] == "bad_filename"
     assert none.status_code == 422 and none.json()["error"]["code"] == "no_files"
-    assert bad_opts.status_code == 422
+    assert bad_opts.status_code == 400 and bad_opts.json()["error"]["code"] == "invalid_json"
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "job_not_found"
     assert cancel_missing.status_code == 404
     assert invalid_json.status_code == 400 and invalid_json.json()["error"]["code"] == "invalid_json"

@@ -9,13 +9,15 @@ from fastapi.responses import StreamingResponse
 
 from service.api.cancellation import with_cancellation
 from service.api.deps import ApiKey, PrincipalDep, ServicesDep
+from service.api.json_body import JsonRoute
 from service.api.schemas.chat import ChatCompletionRequest
-from service.api.schemas.errors import ERROR_RESPONSES
+from service.api.schemas.errors import error_responses
 from service.api.state import Services
 from service.errors import BadRequest
 from service.generation.chat import ChatHandler
 
-router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[ApiKey],
+                   responses=error_responses(404, 409, 415, 502), route_class=JsonRoute)
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 

@@ -5,6 +5,7 @@ from dataclasses import replace
 from fastapi import APIRouter, Path, status
 
 from service.api.deps import ApiKey, PrincipalDep, ServicesDep
+from service.api.json_body import JsonRoute
 from service.api.schemas.collections import (
     COLLECTION_NAME,
     CollectionCreate,
@@ -13,17 +14,20 @@ from service.api.schemas.collections import (
     DocumentsUpsert,
     UpsertResult,
 )
-from service.api.schemas.errors import ERROR_RESPONSES
+from service.api.schemas.errors import error_responses
 from service.api.state import Services
 from service.auth.principal import Principal
+from service.documents.payload import ID_PATTERN
 from service.documents.writer import NewDocument
 from service.errors import InvalidInput, NotFound, PayloadTooLarge
 from service.sparse.bm25 import SparseConfig
 from service.store.tenancy import read_scope, write_scope
 from service.store.types import CollectionInfo
 
-router = APIRouter(prefix="/v1/collections", tags=["collections"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
-CollectionName = Path(pattern=COLLECTION_NAME)
+router = APIRouter(prefix="/v1/collections", tags=["collections"], dependencies=[ApiKey],
+                   responses=error_responses(404, 409, 502, 507), route_class=JsonRoute)
+CollectionName = Path(pattern=COLLECTION_NAME, description="A collection name.")
+DocId = Path(min_length=1, max_length=256, pattern=ID_PATTERN, description="A document id.")
 
 
 def _out(info: CollectionInfo) -> CollectionOut:
@@ -51,7 +55,10 @@ async def create_collection(body: CollectionCreate, services: ServicesDep, princ
     existing = await services.store.list_collections()
     if len(existing) >= services.settings.limits.max_collections:
         raise PayloadTooLarge("too many collections", code="too_many_collections")
-    sparse = body.sparse if isinstance(body.sparse, SparseConfig) else (SparseConfig() if body.sparse else None)
+    if isinstance(body.sparse, SparseConfig):
+        sparse: SparseConfig | None = SparseConfig.model_validate(body.sparse.model_dump())
+    else:
+        sparse = SparseConfig() if body.sparse else None
     info = await services.store.create_collection(
         body.name, dimensions=dims, model=model.name, filter_fields=dict(body.filter_fields), sparse=sparse
     )
@@ -76,8 +83,8 @@ async def delete_collection(services: ServicesDep, name: str = CollectionName) -
 
 @router.delete("/{name}/documents/{doc_id:path}", status_code=status.HTTP_204_NO_CONTENT,
                summary="Delete a document and all its chunks")
-async def delete_document(doc_id: str, services: ServicesDep, principal: PrincipalDep,
-                          name: str = CollectionName) -> None:
+async def delete_document(services: ServicesDep, principal: PrincipalDep, name: str = CollectionName,
+                          doc_id: str = DocId) -> None:
     scope = write_scope(principal.tenant)  # a tenant's delete reaches its own documents only
     if not await services.store.doc_states(name, doc_ids=[doc_id], scope=scope):
         raise NotFound(f"document {doc_id!r} is not in collection {name!r}", code="document_not_found",

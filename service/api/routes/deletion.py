@@ -6,15 +6,18 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from service.api.deps import ApiKey, PrincipalDep, ServicesDep
+from service.api.json_body import JsonRoute
 from service.api.routes.collections import CollectionName
+from service.api.schemas.common import filter_spec
 from service.api.schemas.deletion import MAX_LISTED_IDS, DeleteByFilter, DeleteByFilterResult
-from service.api.schemas.errors import ERROR_RESPONSES
+from service.api.schemas.errors import error_responses
 from service.documents.deletion import delete_matching
 from service.errors import BadRequest
 from service.search.filters import build_filter
 from service.store.tenancy import write_scope
 
-router = APIRouter(prefix="/v1/collections", tags=["collections"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1/collections", tags=["collections"], dependencies=[ApiKey],
+                   responses=error_responses(404, 507), route_class=JsonRoute)
 
 
 @router.post("/{name}/documents/delete",
@@ -26,7 +29,7 @@ async def delete_by_filter(body: DeleteByFilter, services: ServicesDep, principa
     if not body.filter and not body.all:
         raise BadRequest("an empty filter would delete every document: send all: true to mean that",
                          code="empty_filter", param="filter")
-    where = None if body.all else build_filter(body.filter)
+    where = None if body.all else build_filter(filter_spec(body.filter))
     await services.store.describe(name)  # 404 for an unknown collection, before any scan
     deletion = await delete_matching(services.store, name, where, dry_run=body.dry_run,
                                      scope=write_scope(principal.tenant))  # a key deletes only what it may write

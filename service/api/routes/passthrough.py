@@ -7,11 +7,13 @@ from typing import Any
 from fastapi import APIRouter
 
 from service.api.deps import ApiKey, ServicesDep
-from service.api.schemas.errors import ERROR_RESPONSES
+from service.api.json_body import JsonRoute
+from service.api.schemas.errors import error_responses
 from service.api.schemas.passthrough import EmbeddingsRequest, RerankRequest
 from service.errors import BadRequest, InvalidInput, PayloadTooLarge
 
-router = APIRouter(prefix="/v1", tags=["runners"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1", tags=["runners"], dependencies=[ApiKey], responses=error_responses(502),
+                   route_class=JsonRoute)
 
 
 @router.post("/embeddings", summary="OpenAI-compatible embeddings from the embedding runner")

@@ -9,7 +9,9 @@ from pydantic import ValidationError
 
 from service.api.cancellation import with_cancellation
 from service.api.deps import ApiKey, PrincipalDep, ServicesDep
-from service.api.schemas.errors import ERROR_RESPONSES
+from service.api.json_body import BodyError, JsonRoute, parse_json
+from service.api.schemas.common import filter_spec
+from service.api.schemas.errors import error_responses
 from service.api.schemas.search import ImageInfo, SearchHit, SearchRequest, SearchResponse
 from service.api.state import Services
 from service.auth.principal import Principal
@@ -20,7 +22,8 @@ from service.observability.tracing import stage
 from service.search.filters import build_filter
 from service.search.service import SearchQuery
 
-router = APIRouter(prefix="/v1", tags=["search"], dependencies=[ApiKey], responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1", tags=["search"], dependencies=[ApiKey], responses=error_responses(404, 409, 415, 502),
+                   route_class=JsonRoute)
 
 
 @router.post("/search", summary="Embed the query, search a collection, rerank; ranked context for a chat app")
@@ -45,7 +48,9 @@ async def search_upload(
     raw_request: Request,
 ) -> SearchResponse:
     try:
-        body = SearchRequest.model_validate_json(request)
+        body = SearchRequest.model_validate(parse_json(request, what="the request field"))
+    except BodyError as exc:
+        raise BadRequest(str(exc.detail), code=exc.code, param="request") from exc
     except ValidationError as exc:
         raise RequestValidationError(
             [{**e, "loc": ("body", "request", *e.get("loc", ()))} for e in exc.errors(include_url=False)]
@@ -73,6 +78,9 @@ async def run_search(body: SearchRequest, image: ImageInput | None, services: Se
                            param="query")
     if body.top_k > limits.max_top_k:
         raise InvalidInput(f"top_k is over {limits.max_top_k}", code="top_k_too_large", param="top_k")
+    if body.rerank is not None and body.rerank.top_n is not None and body.rerank.top_n > limits.max_rerank_candidates:
+        raise InvalidInput(f"rerank.top_n is over {limits.max_rerank_candidates}", code="top_n_too_large",
+                           param="rerank.top_n")
     started = time.perf_counter()
     timings: dict[str, float] = {}
     generated = info = None
@@ -96,7 +104,7 @@ async def run_search(body: SearchRequest, image: ImageInput | None, services: Se
             collection=body.collection,
             query=query,
             top_k=body.top_k,
-            query_filter=build_filter(body.filter),
+            query_filter=build_filter(filter_spec(body.filter)),
             rerank=None if rerank is None else rerank.enabled,
             rerank_candidates=None if rerank is None else rerank.top_n,
             rerank_instruction=None if rerank is None else rerank.instruction,

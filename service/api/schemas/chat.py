@@ -2,30 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from service.api.schemas.collections import COLLECTION_NAME
+from service.api.schemas.common import Filter, JsonInt, RequestModel, Text
 
 
-class ImageURL(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ImageURL(RequestModel):
     url: str = Field(description="A data: URL (base64) or an http(s) URL ragserve fetches under its allowlist.")
     detail: Literal["auto", "low", "high"] | None = Field(None, description="Accepted and ignored.")
 
 
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TextPart(RequestModel):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
-class ImagePart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ImagePart(RequestModel):
     type: Literal["image_url"]
     image_url: ImageURL
 
@@ -33,48 +28,40 @@ class ImagePart(BaseModel):
 ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ChatMessage(RequestModel):
     role: Literal["system", "user", "assistant"]
-    content: str | list[ContentPart] | None = None
+    content: Text | list[ContentPart] | None = None
     name: str | None = None
 
 
-class RetrievalOptions(BaseModel):
+class RetrievalOptions(RequestModel):
     """ragserve's extension: retrieve and rerank context for the last user turn and ground the answer."""
-
-    model_config = ConfigDict(extra="forbid")
 
     collections: list[Annotated[str, Field(pattern=COLLECTION_NAME)]] = Field(
         min_length=1, max_length=8, description="Collections to retrieve context from."
     )
-    top_k: int | None = Field(None, ge=1, description="Context passages in the prompt (default 5).")
+    top_k: JsonInt | None = Field(None, ge=1, description="Context passages in the prompt (default 5).")
     rerank: bool | None = Field(None, description="Rerank candidates (default: when a reranker is configured).")
-    rerank_candidates: int | None = Field(None, ge=1, description="Vector candidates handed to the reranker.")
-    filter: dict[str, Any] | None = Field(None, description="Metadata conditions, as in /v1/search.")
+    rerank_candidates: JsonInt | None = Field(None, ge=1, description="Vector candidates handed to the reranker.")
+    filter: Filter | None = Field(None, description="Metadata conditions, as in /v1/search.")
 
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class StreamOptions(RequestModel):
     include_usage: bool | None = None
 
 
-class ChatCompletionRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ChatCompletionRequest(RequestModel):
     model: str | None = Field(None, description="The base model's name, or a LoRA adapter's (see /v1/models).")
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: JsonInt | None = Field(None, ge=1)
+    max_completion_tokens: JsonInt | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, description="vLLM sampling extension.")
+    top_k: JsonInt | None = Field(None, description="vLLM sampling extension.")
     min_p: float | None = Field(None, ge=0, le=1)
-    seed: int | None = None
+    seed: JsonInt | None = None
     stop: str | list[str] | None = None
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)

@@ -1,26 +1,47 @@
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from service.api.schemas.common import DocumentText, FiniteFloat, Identifier, JsonInt, Metadata, RequestModel, refuse
+from service.search.filters import FIELD_RE
 from service.sparse.bm25 import SparseConfig
+from service.sparse.languages import language_problem
 
 COLLECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,63}$"
 FieldType = Literal["keyword", "integer", "float", "bool", "datetime", "text"]
 
 
-class CollectionCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SparseOptions(SparseConfig):
+    """BM25 settings of a new collection: :class:`SparseConfig` within the ranges its weights stay finite in."""
 
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    k1: float = Field(1.2, ge=0, le=100, allow_inf_nan=False)
+    avg_len: float | None = Field(
+        None, ge=0.01, le=1e9, allow_inf_nan=False,
+        description="Average document length in terms, for length normalisation. Unset: estimated from the "
+        "collection's first documents, kept stable, and re-encoded if the collection's average drifts.",
+    )
+
+    @model_validator(mode="after")
+    def _language(self) -> SparseOptions:
+        if (why := language_problem(self.encoder, self.language)) is not None:
+            raise refuse("unsupported_language", why)
+        return self
+
+
+class CollectionCreate(RequestModel):
     name: str = Field(pattern=COLLECTION_NAME, description="Letters, digits, '_' and '-', up to 64.")
-    dimensions: int | None = Field(
+    dimensions: JsonInt | None = Field(
         None, ge=1, description="Vector size; default the embedding model's (Matryoshka sizes allowed)."
     )
-    filter_fields: dict[str, FieldType] = Field(
-        default_factory=dict, description="Metadata fields to index for filtering, with their types."
+    filter_fields: dict[Annotated[str, Field(pattern=FIELD_RE.pattern)], FieldType] = Field(
+        default_factory=dict, description="Metadata fields to index for filtering, with their types "
+        "(names as in filters: a.b for a nested field).",
     )
-    sparse: SparseConfig | bool = Field(
+    sparse: SparseOptions | bool = Field(
         True, description="Store BM25 sparse vectors beside the dense ones (true, false, or analysis settings)."
     )
 
@@ -38,20 +59,25 @@ class CollectionList(BaseModel):
     collections: list[CollectionOut]
 
 
-class DocumentIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    id: str = Field(min_length=1, max_length=256, description="Your document id; upserting it again replaces it.")
-    text: str = Field(min_length=1, description="The (already split) text to embed and store.")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Returned with hits; filterable.")
-    vector: list[float] | None = Field(
-        None, description="A precomputed embedding; must match the collection's dimensions."
+class DocumentIn(RequestModel):
+    id: Identifier = Field(description="Your document id; upserting it again replaces it.")
+    text: DocumentText = Field(description="The (already split) text to embed and store.")
+    metadata: Metadata = Field(default_factory=dict, description="Returned with hits; filterable.")
+    vector: list[FiniteFloat] | None = Field(
+        None, json_schema_extra={"contains": {"not": {"const": 0}}},
+        description="A precomputed embedding (not all zeros: cosine needs a direction); must match the "
+        "collection's dimensions.",
     )
 
+    @field_validator("vector")
+    @classmethod
+    def _not_zero(cls, vector: list[float] | None) -> list[float] | None:
+        if vector is not None and not any(vector):
+            raise refuse("zero_vector", "a vector of zeros has no direction (cosine similarity is undefined)")
+        return vector
 
-class DocumentsUpsert(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
+class DocumentsUpsert(RequestModel):
     documents: list[DocumentIn] = Field(min_length=1)
 
 

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import BaseModel, Field
 
-from pydantic import BaseModel, ConfigDict, Field
+from service.api.schemas.common import Filter, RequestModel
 
 MAX_LISTED_IDS = 100
 
 
-class DeleteByFilter(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    filter: dict[str, Any] = Field(
+class DeleteByFilter(RequestModel):
+    filter: Filter = Field(
         default_factory=dict,
         description='Which documents, in the /v1/search filter language: {"tag": "old"}, {"year": {"lt": 2020}}, '
         '{"doc_id": ["a", "b"]}. A document any chunk of which matches goes whole.',

@@ -2,34 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from service.api.schemas.common import JsonInt, RequestModel, Text
+
+InputText = Annotated[Text, Field(min_length=1)]
 
 
-class EmbeddingsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    input: str | list[str] = Field(description="Text or texts to embed, as they are (no instruction added).")
+class EmbeddingsRequest(RequestModel):
+    input: InputText | Annotated[list[InputText], Field(min_length=1)] = Field(
+        description="Text or texts to embed, as they are (no instruction added); at most "
+        "RAGSERVE_LIMITS__MAX_DOCUMENTS_PER_REQUEST of them."
+    )
     model: str | None = Field(None, description="Ignored: ragserve serves its profile's model.")
-    dimensions: int | None = Field(None, ge=1)
+    dimensions: JsonInt | None = Field(None, ge=1)
     encoding_format: Literal["float", "base64"] = "float"
     user: str | None = None
 
 
-class RerankDocument(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    text: str
+class RerankDocument(RequestModel):
+    text: InputText
 
 
-class RerankRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    query: str = Field(min_length=1)
-    documents: list[str | RerankDocument] = Field(min_length=1)
-    top_n: int | None = Field(None, ge=1)
+class RerankRequest(RequestModel):
+    query: InputText
+    documents: list[InputText | RerankDocument] = Field(
+        min_length=1, description="At most RAGSERVE_LIMITS__MAX_RERANK_CANDIDATES."
+    )
+    top_n: JsonInt | None = Field(None, ge=1)
     return_documents: bool = True
-    instruction: str | None = Field(None, max_length=1000, description="Qwen3 reranker instruction.")
+    instruction: Text | None = Field(None, max_length=1000, description="Qwen3 reranker instruction.")
     model: str | None = Field(None, description="Ignored: ragserve serves its profile's reranker.")
 
     def texts(self) -> list[str]:

@@ -2,46 +2,39 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from service.api.schemas.collections import COLLECTION_NAME
+from service.api.schemas.common import Filter, JsonInt, QueryText, RequestModel, Text
 
 
-class RerankOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RerankOptions(RequestModel):
     enabled: bool = Field(True, description="Rerank the vector candidates with the reranker runner.")
-    top_n: int | None = Field(
-        None, ge=1, description="Vector candidates handed to the reranker (default max(top_k, 30))."
+    top_n: JsonInt | None = Field(
+        None, ge=1, description="Vector candidates handed to the reranker (default max(top_k, 30)), at most "
+        "RAGSERVE_LIMITS__MAX_RERANK_CANDIDATES.",
     )
-    instruction: str | None = Field(None, max_length=1000, description="Reranker instruction for this query.")
+    instruction: Text | None = Field(None, max_length=1000, description="Reranker instruction for this query.")
 
 
-class SearchImage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SearchImage(RequestModel):
     url: str = Field(description="A data: URL (base64) or an http(s) URL ragserve fetches under its allowlist.")
 
 
-class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SearchRequest(RequestModel):
     collection: str = Field(pattern=COLLECTION_NAME)
-    query: str | None = Field(
-        None, min_length=1, description="The user's question or search text (optional with an image)."
+    query: QueryText | None = Field(
+        None, description="The user's question or search text (optional with an image)."
     )
     image: SearchImage | None = Field(
         None, description="An image to search with: the VL model writes the query from it (and the text)."
     )
-    top_k: int = Field(10, ge=1, description="Hits to return.")
-    filter: dict[str, Any] | None = Field(
-        None,
-        description='Metadata conditions, all required: {"year": 2020, "tag": ["a","b"], "n": {"gte": 1}}.',
-    )
+    top_k: JsonInt = Field(10, ge=1, description="Hits to return, at most RAGSERVE_LIMITS__MAX_TOP_K.")
+    filter: Filter | None = None
     rerank: RerankOptions | None = Field(
         None, description="Reranking options; default: on when the profile has a reranker."
     )
-    instruction: str | None = Field(
+    instruction: Text | None = Field(
         None, max_length=1000, description="Embedding task instruction for the query (Qwen3 profile)."
     )
     mode: Literal["dense", "sparse", "hybrid"] | None = Field(

@@ -1,0 +1,92 @@
+"""``ragserve serve`` as its own process on a loopback port, for the fuzz and load tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tests.support.runners import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "proc-key-0123456789abcdef"
+
+
+@dataclass(frozen=True)
+class ServeProcess:
+    url: str
+    key: str
+    pid: int
+    log: Path
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+@contextmanager
+def ragserve_serve(data_dir: Path, embed_url: str, env: Mapping[str, str] | None = None,
+                   timeout_s: float = 120.0) -> Iterator[ServeProcess]:
+    """Start ``python -m service.cli serve --with-worker`` (the minilm profile, the embedded store under
+    ``data_dir``), wait for ``/health``, stop it with SIGTERM on exit (SIGKILL after 20 s)."""
+    port = free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = data_dir / "serve.log"
+    full_env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("RAGSERVE_")},
+        "PYTHONPATH": str(ROOT), "RAGSERVE_PROFILE": "minilm", "RAGSERVE_API_KEYS": KEY,
+        "RAGSERVE_RUNNERS__EMBED_URL": embed_url, "RAGSERVE_DATA_DIR": str(data_dir),
+        "RAGSERVE_HOST": "127.0.0.1", "RAGSERVE_PORT": str(port), **(env or {}),
+    }
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--with-worker"], cwd=ROOT,
+                                env=full_env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"ragserve serve exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ragserve serve did not answer /health in {timeout_s}s")
+            time.sleep(0.3)
+        yield ServeProcess(url, KEY, proc.pid, log)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process, from /proc (Linux)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """The process's peak resident set size so far (VmHWM)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmHWM for pid {pid}")
