@@ -317,9 +317,9 @@ class RunnerProcess:
             except httpx.HTTPError:
                 pass
             if stop is not None:
-                stop.wait(1.0)
+                stop.wait(0.25)
             else:
-                time.sleep(1.0)
+                time.sleep(0.25)
         raise RunnerStartError(f"{self.spec.name} runner not healthy in time:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 20.0) -> None:

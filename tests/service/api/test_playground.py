@@ -362,16 +362,27 @@ async def test_chat_streams_a_grounded_answer_with_clickable_citations(
             assert await page.is_checked('#chat-collections input[value="docs"]')
             await page.fill("#chat-max-tokens", "48")
             await page.fill("#chat-input", "How do I reset the router?")
+            # The page records what the answer showed after each redraw (a MutationObserver runs between
+            # the page's network reads), so how fast this test polls cannot hide or fake the growth.
+            await page.evaluate("""() => {
+                window.__answerShown = [];
+                new MutationObserver(() => {
+                    const turns = document.querySelectorAll('#conversation .turn.assistant');
+                    const node = turns.length ? turns[turns.length - 1].querySelector('.answer') : null;
+                    const text = node ? node.textContent : '';
+                    const shown = window.__answerShown;
+                    if (text && (!shown.length || shown[shown.length - 1] !== text)) shown.push(text);
+                }).observe(document.getElementById('conversation'), {childList: true, subtree: true, characterData: true});
+            }""")
+            turns_before = await page.locator("#conversation .turn.assistant").count()
             await page.press("#chat-input", "Control+Enter")
+            await page.wait_for_function(
+                "n => { const t = document.querySelectorAll('#conversation .turn.assistant');"
+                " return t.length > n && t[t.length - 1].dataset.done !== undefined; }",
+                arg=turns_before, timeout=PATIENCE_S * 1000)
             turn = page.locator("#conversation .turn.assistant").last
             answer_text = turn.locator(".answer")
-            seen: list[str] = []
-            deadline = time.monotonic() + PATIENCE_S
-            while await turn.get_attribute("data-done") is None and time.monotonic() < deadline:
-                text = await answer_text.text_content() or ""
-                if text and (not seen or seen[-1] != text):
-                    seen.append(text)
-                await asyncio.sleep(0.02)
+            seen: list[str] = await page.evaluate("window.__answerShown")
             assert await turn.get_attribute("data-done") == "true"
             final = await answer_text.text_content()
             assert len(set(seen)) >= 2, seen  # it grew on screen, not all at once
