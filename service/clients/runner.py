@@ -57,6 +57,7 @@ class RunnerClient:
         retries: int = 2,
         backoff_s: float = 0.2,
         bulk_max_inflight: int = 2,
+        bulk_priority: int = 0,
         breaker_threshold: int = 3,
         probe_interval_s: float = 1.0,
         probe_timeout_s: float = 1.0,
@@ -65,7 +66,9 @@ class RunnerClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         """``unavailable_code`` replaces ``upstream_unavailable`` in this runner's 503s (the generator's
-        say ``generation_unavailable``, so a client can tell which capability is away)."""
+        say ``generation_unavailable``, so a client can tell which capability is away). ``bulk_priority``,
+        when not 0, is sent as vLLM's request ``priority`` with bulk calls (the runner must run
+        ``--scheduling-policy priority``): vLLM then schedules waiting queries (priority 0) first."""
         self.name = name
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
@@ -74,6 +77,7 @@ class RunnerClient:
         self._backoff_s = backoff_s
         self._retry_after_s = unavailable_retry_after_s
         self._unavailable_code = unavailable_code
+        self._bulk_priority = bulk_priority
         self.lanes = Lanes(name, query_slots=max_concurrency, bulk_slots=bulk_max_inflight,
                            acquire_timeout_s=acquire_timeout_s)
         self.breaker = Breaker(self._probe, threshold=breaker_threshold, interval_s=probe_interval_s,
@@ -111,6 +115,8 @@ class RunnerClient:
         a query); the slot, every attempt and every backoff fit in it.
         """
         deadline = Deadline(timeout_s or self.timeout_s)
+        if lane == "bulk" and self._bulk_priority:
+            body = {**body, "priority": self._bulk_priority}
         async with self.lanes.slot(lane, deadline):
             return await self._post_with_retries(path, body, lane=lane, idempotent=idempotent, deadline=deadline)
 

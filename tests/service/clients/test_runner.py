@@ -353,3 +353,20 @@ async def test_a_cancelled_trial_lets_the_next_request_try() -> None:
         await trial
     assert await client.post_json("/x", {}) == {"ok": True}
     await client.aclose()
+
+
+async def test_bulk_calls_carry_the_configured_vllm_priority() -> None:
+    bodies: list[dict[str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, json={})
+
+    client = _client(handler, bulk_priority=1)
+    await client.post_json("/v1/embeddings", {"input": ["q"]})
+    await client.post_json("/v1/embeddings", {"input": ["d1", "d2"]}, lane="bulk")
+    await client.aclose()
+    default = _client(handler)
+    await default.post_json("/v1/embeddings", {"input": ["d3"]}, lane="bulk")
+    await default.aclose()
+    assert bodies == [{"input": ["q"]}, {"input": ["d1", "d2"], "priority": 1}, {"input": ["d3"]}]
