@@ -10,8 +10,9 @@ backoff. Retry policy, inside that deadline:
 - a connection lost mid-request, 429 and 5xx are retried for idempotent calls (honouring ``Retry-After``,
   capped);
 - no answer before the deadline is :class:`UpstreamTimeout` (504): there is no time left to retry;
-- a query gives up after ``retries`` retries; a bulk call retries connection failures and a runner that is
-  down for as long as its deadline allows (an indexing job waits for a runner to come back).
+- a call gives up after ``retries`` retries, except one made with ``wait_while_down`` (the indexer's): it
+  retries connection failures and waits out a runner that is down for as long as its deadline allows, so an
+  indexing job waits for a runner to come back while an HTTP caller hears 503 at once.
 
 A runner that fails ``breaker_threshold`` connections in a row is taken as down (:mod:`service.clients.breaker`):
 queries then answer 503 with ``Retry-After`` at once, after at most one short ``/health`` probe.
@@ -107,7 +108,7 @@ class RunnerClient:
 
     async def post_json(
         self, path: str, body: dict[str, Any], *, lane: Lane = "query", idempotent: bool = True,
-        timeout_s: float | None = None,
+        timeout_s: float | None = None, wait_while_down: bool = False,
     ) -> Any:
         """POST ``body`` and return the decoded JSON answer, or raise an :class:`UpstreamError`.
 
@@ -118,7 +119,8 @@ class RunnerClient:
         if lane == "bulk" and self._bulk_priority:
             body = {**body, "priority": self._bulk_priority}
         async with self.lanes.slot(lane, deadline):
-            return await self._post_with_retries(path, body, lane=lane, idempotent=idempotent, deadline=deadline)
+            return await self._post_with_retries(path, body, idempotent=idempotent, deadline=deadline,
+                                                 wait_while_down=wait_while_down)
 
     @asynccontextmanager
     async def stream_post(
@@ -138,7 +140,7 @@ class RunnerClient:
         async with self.lanes.slot("query", deadline):
             attempt = 0
             while True:
-                trial = await self._admit("query", deadline)
+                trial = await self._admit(deadline, wait_while_down=False)
                 connect = min(self._connect_timeout_s, deadline.remaining())
                 request = self._http.build_request(
                     "POST", path, json=body, timeout=httpx.Timeout(timeout_s, connect=connect)
@@ -154,7 +156,7 @@ class RunnerClient:
                     raise UpstreamTimeout(self.name, f"no answer within {timeout_s:g}s") from exc
                 except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                     self.breaker.failed()
-                    if not self._may_retry("query", attempt, deadline, None):
+                    if not self._may_retry(attempt, deadline, None):
                         raise self._unavailable(f"cannot connect ({type(exc).__name__})") from exc
                     await asyncio.sleep(self._delay(attempt, None))
                     attempt += 1
@@ -194,11 +196,11 @@ class RunnerClient:
             raise self._unavailable(f"stream broken ({type(exc).__name__})") from exc
 
     async def _post_with_retries(
-        self, path: str, body: dict[str, Any], *, lane: Lane, idempotent: bool, deadline: Deadline
+        self, path: str, body: dict[str, Any], *, idempotent: bool, deadline: Deadline, wait_while_down: bool
     ) -> Any:
         attempt = 0
         while True:
-            trial = await self._admit(lane, deadline)
+            trial = await self._admit(deadline, wait_while_down=wait_while_down)
             retry_after: float | None = None
             try:
                 # The httpx timeouts bound each phase; wait_for bounds the whole attempt by what is left.
@@ -234,7 +236,8 @@ class RunnerClient:
                         return response.json()
                     except ValueError as exc:
                         raise UpstreamError(self.name, "answered with invalid JSON") from exc
-            if not retryable or not self._may_retry(lane, attempt, deadline, retry_after, connection=connection):
+            outwait = wait_while_down and connection
+            if not retryable or not self._may_retry(attempt, deadline, retry_after, outwait=outwait):
                 raise failure from cause
             await asyncio.sleep(self._delay(attempt, retry_after))
             attempt += 1
@@ -245,10 +248,10 @@ class RunnerClient:
         if await self.breaker.known_down(Deadline(self._connect_timeout_s)):
             raise self._unavailable("runner is down (its /health does not answer)")
 
-    async def _admit(self, lane: Lane, deadline: Deadline) -> bool:
-        """Go ahead unless the runner is known down: then a query fails now, a bulk call waits its deadline.
-        True when this attempt is the breaker's half-open trial."""
-        if lane == "bulk":
+    async def _admit(self, deadline: Deadline, *, wait_while_down: bool) -> bool:
+        """Go ahead unless the runner is known down: then fail now, or with ``wait_while_down`` wait for it
+        within the deadline. True when this attempt is the breaker's half-open trial."""
+        if wait_while_down:
             admitted = await self.breaker.wait_admitted(deadline)
         else:
             admitted = await self.breaker.admit(deadline)
@@ -258,13 +261,11 @@ class RunnerClient:
             raise self._unavailable(f"runner is down ({why})")
         return self.breaker.state == "half_open"
 
-    def _may_retry(self, lane: Lane, attempt: int, deadline: Deadline, retry_after: float | None, *,
-                   connection: bool = True) -> bool:
+    def _may_retry(self, attempt: int, deadline: Deadline, retry_after: float | None, *,
+                   outwait: bool = False) -> bool:
         if not deadline.allows(self._delay(attempt, retry_after)):
             return False
-        if lane == "bulk" and connection:
-            return True  # a bulk call outwaits a runner that went away, as long as its deadline allows
-        return attempt < self._retries
+        return outwait or attempt < self._retries
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
