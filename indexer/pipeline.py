@@ -316,8 +316,11 @@ class Pipeline:
                 budget = 0
             groups[-1].append(text)
             budget += n
-        # The bulk lane: a few requests in flight per runner, so searches never wait behind the job.
-        results = await asyncio.gather(*(self.embedder.embed_batch(g, dimensions=dims, lane="bulk") for g in groups))
+        # The bulk lane: a few requests in flight per runner, so searches never wait behind the job; a runner
+        # that is down (restarting) is waited for, within the batch timeout, instead of failing documents.
+        results = await asyncio.gather(*(
+            self.embedder.embed_batch(g, dimensions=dims, lane="bulk", wait_while_down=True) for g in groups
+        ))
         return [v for r in results for v in r]
 
     @staticmethod

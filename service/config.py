@@ -77,6 +77,10 @@ class UpstreamSettings(BaseModel):
         2, ge=1, description="Bulk (indexing, documents) requests in flight per runner and process, in a lane of "
         "their own: vLLM serves first come first served, so a query waits behind at most this many batches.",
     )
+    bulk_priority: int = Field(
+        0, ge=0, description="vLLM request priority of bulk requests (0: none sent). With 1, runners started with "
+        "--scheduling-policy priority (the launcher adds it then) serve waiting queries before waiting bulk work.",
+    )
     retries: int = Field(2, description="Retries for idempotent calls on 429/5xx/connection errors.")
     backoff_s: float = Field(0.2, description="First backoff; doubles each retry (up to 2 s), with jitter.")
     breaker_threshold: int = Field(

@@ -62,6 +62,7 @@ async def build_services(
             name, url, timeout_s=timeout_s, connect_timeout_s=up.connect_timeout_s,
             max_concurrency=max_concurrency or up.max_concurrency, acquire_timeout_s=up.acquire_timeout_s,
             retries=up.retries, backoff_s=up.backoff_s, bulk_max_inflight=up.bulk_max_inflight,
+            bulk_priority=up.bulk_priority,
             breaker_threshold=up.breaker_threshold, probe_interval_s=up.probe_interval_s,
             probe_timeout_s=up.probe_timeout_s, unavailable_retry_after_s=up.unavailable_retry_after_s,
             unavailable_code=unavailable_code, transport=transports.get(name),

@@ -4,7 +4,7 @@ Closed (the runner answers): every call goes ahead. ``threshold`` connection fai
 connect timeout) open it. Open: a call first asks the runner's ``/health`` (one probe at a time, at most one every
 ``interval_s``, each bounded by its own short timeout); a query that finds the runner still down fails at once
 with 503 and ``Retry-After`` instead of hanging (a restarting vLLM holds its port before it answers, so a request
-sent to it would wait out its whole timeout); a bulk call waits and probes again until its deadline. A probe that
+sent to it would wait out its whole timeout); an indexing call waits and probes again until its deadline. A probe that
 answers makes the breaker half-open: one call at a time tries the runner (a runner just restarted may be slow
 to answer its first requests), the others are told 503 meanwhile; the trial's answer closes the breaker, its
 failure, a timeout included, opens it again.

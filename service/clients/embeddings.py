@@ -53,25 +53,30 @@ class EmbeddingClient:
         self, query: str, *, task: str | None = None, dimensions: int | None = None
     ) -> list[float]:
         text = self.model.format_query(query, task or self._query_task)
-        (vector,) = await self._embed_batch([text], timeout_s=None, dimensions=dimensions, lane="query")
+        (vector,) = await self._embed_batch([text], timeout_s=None, dimensions=dimensions, lane="query",
+                                            wait_while_down=False)
         return vector
 
     async def embed_documents(
-        self, texts: Sequence[str], *, dimensions: int | None = None, lane: Lane = "bulk"
+        self, texts: Sequence[str], *, dimensions: int | None = None, lane: Lane = "bulk",
+        wait_while_down: bool = False,
     ) -> list[list[float]]:
-        """Embed ``texts`` in batches sent concurrently (bounded by the runner client's slots of ``lane``)."""
+        """Embed ``texts`` in batches sent concurrently (bounded by the runner client's slots of ``lane``);
+        ``wait_while_down`` waits out a runner that is down (within the batch timeout) instead of failing."""
         batches = [texts[i : i + self._batch_size] for i in range(0, len(texts), self._batch_size)]
         results = await asyncio.gather(*(
-            self._embed_batch(list(b), timeout_s=self._batch_timeout_s, dimensions=dimensions, lane=lane)
+            self._embed_batch(list(b), timeout_s=self._batch_timeout_s, dimensions=dimensions, lane=lane,
+                              wait_while_down=wait_while_down)
             for b in batches
         ))
         return [vector for batch in results for vector in batch]
 
     async def embed_batch(
-        self, texts: list[str], *, dimensions: int | None = None, lane: Lane = "bulk"
+        self, texts: list[str], *, dimensions: int | None = None, lane: Lane = "bulk", wait_while_down: bool = False,
     ) -> list[list[float]]:
         """Exactly one request for ``texts`` (the indexer sizes its batches by tokens itself)."""
-        return await self._embed_batch(texts, timeout_s=self._batch_timeout_s, dimensions=dimensions, lane=lane)
+        return await self._embed_batch(texts, timeout_s=self._batch_timeout_s, dimensions=dimensions, lane=lane,
+                                       wait_while_down=wait_while_down)
 
     async def passthrough(self, body: dict[str, Any]) -> Any:
         """Forward an OpenAI-style request as it is, with the served model name filled in."""
@@ -79,7 +84,8 @@ class EmbeddingClient:
         return await self.runner.post_json("/v1/embeddings", body, lane="query")
 
     async def _embed_batch(
-        self, texts: list[str], *, timeout_s: float | None, dimensions: int | None, lane: Lane
+        self, texts: list[str], *, timeout_s: float | None, dimensions: int | None, lane: Lane,
+        wait_while_down: bool,
     ) -> list[list[float]]:
         dims = dimensions or self.dimensions
         body: dict[str, Any] = {
@@ -90,7 +96,8 @@ class EmbeddingClient:
         }
         if dims != self.model.dimensions:
             body["dimensions"] = dims
-        payload = await self.runner.post_json("/v1/embeddings", body, timeout_s=timeout_s, lane=lane)
+        payload = await self.runner.post_json("/v1/embeddings", body, timeout_s=timeout_s, lane=lane,
+                                              wait_while_down=wait_while_down)
         try:
             data = sorted(payload["data"], key=lambda item: item["index"])
             vectors = [np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4").tolist() for item in data]

@@ -10,8 +10,9 @@ backoff. Retry policy, inside that deadline:
 - a connection lost mid-request, 429 and 5xx are retried for idempotent calls (honouring ``Retry-After``,
   capped);
 - no answer before the deadline is :class:`UpstreamTimeout` (504): there is no time left to retry;
-- a query gives up after ``retries`` retries; a bulk call retries connection failures and a runner that is
-  down for as long as its deadline allows (an indexing job waits for a runner to come back).
+- a call gives up after ``retries`` retries, except one made with ``wait_while_down`` (the indexer's): it
+  retries connection failures and waits out a runner that is down for as long as its deadline allows, so an
+  indexing job waits for a runner to come back while an HTTP caller hears 503 at once.
 
 A runner that fails ``breaker_threshold`` connections in a row is taken as down (:mod:`service.clients.breaker`):
 queries then answer 503 with ``Retry-After`` at once, after at most one short ``/health`` probe.
@@ -57,6 +58,7 @@ class RunnerClient:
         retries: int = 2,
         backoff_s: float = 0.2,
         bulk_max_inflight: int = 2,
+        bulk_priority: int = 0,
         breaker_threshold: int = 3,
         probe_interval_s: float = 1.0,
         probe_timeout_s: float = 1.0,
@@ -65,7 +67,9 @@ class RunnerClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         """``unavailable_code`` replaces ``upstream_unavailable`` in this runner's 503s (the generator's
-        say ``generation_unavailable``, so a client can tell which capability is away)."""
+        say ``generation_unavailable``, so a client can tell which capability is away). ``bulk_priority``,
+        when not 0, is sent as vLLM's request ``priority`` with bulk calls (the runner must run
+        ``--scheduling-policy priority``): vLLM then schedules waiting queries (priority 0) first."""
         self.name = name
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
@@ -74,6 +78,7 @@ class RunnerClient:
         self._backoff_s = backoff_s
         self._retry_after_s = unavailable_retry_after_s
         self._unavailable_code = unavailable_code
+        self._bulk_priority = bulk_priority
         self.lanes = Lanes(name, query_slots=max_concurrency, bulk_slots=bulk_max_inflight,
                            acquire_timeout_s=acquire_timeout_s)
         self.breaker = Breaker(self._probe, threshold=breaker_threshold, interval_s=probe_interval_s,
@@ -103,7 +108,7 @@ class RunnerClient:
 
     async def post_json(
         self, path: str, body: dict[str, Any], *, lane: Lane = "query", idempotent: bool = True,
-        timeout_s: float | None = None,
+        timeout_s: float | None = None, wait_while_down: bool = False,
     ) -> Any:
         """POST ``body`` and return the decoded JSON answer, or raise an :class:`UpstreamError`.
 
@@ -111,8 +116,11 @@ class RunnerClient:
         a query); the slot, every attempt and every backoff fit in it.
         """
         deadline = Deadline(timeout_s or self.timeout_s)
+        if lane == "bulk" and self._bulk_priority:
+            body = {**body, "priority": self._bulk_priority}
         async with self.lanes.slot(lane, deadline):
-            return await self._post_with_retries(path, body, lane=lane, idempotent=idempotent, deadline=deadline)
+            return await self._post_with_retries(path, body, idempotent=idempotent, deadline=deadline,
+                                                 wait_while_down=wait_while_down)
 
     @asynccontextmanager
     async def stream_post(
@@ -132,7 +140,7 @@ class RunnerClient:
         async with self.lanes.slot("query", deadline):
             attempt = 0
             while True:
-                trial = await self._admit("query", deadline)
+                trial = await self._admit(deadline, wait_while_down=False)
                 connect = min(self._connect_timeout_s, deadline.remaining())
                 request = self._http.build_request(
                     "POST", path, json=body, timeout=httpx.Timeout(timeout_s, connect=connect)
@@ -148,7 +156,7 @@ class RunnerClient:
                     raise UpstreamTimeout(self.name, f"no answer within {timeout_s:g}s") from exc
                 except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                     self.breaker.failed()
-                    if not self._may_retry("query", attempt, deadline, None):
+                    if not self._may_retry(attempt, deadline, None):
                         raise self._unavailable(f"cannot connect ({type(exc).__name__})") from exc
                     await asyncio.sleep(self._delay(attempt, None))
                     attempt += 1
@@ -188,11 +196,11 @@ class RunnerClient:
             raise self._unavailable(f"stream broken ({type(exc).__name__})") from exc
 
     async def _post_with_retries(
-        self, path: str, body: dict[str, Any], *, lane: Lane, idempotent: bool, deadline: Deadline
+        self, path: str, body: dict[str, Any], *, idempotent: bool, deadline: Deadline, wait_while_down: bool
     ) -> Any:
         attempt = 0
         while True:
-            trial = await self._admit(lane, deadline)
+            trial = await self._admit(deadline, wait_while_down=wait_while_down)
             retry_after: float | None = None
             try:
                 # The httpx timeouts bound each phase; wait_for bounds the whole attempt by what is left.
@@ -228,7 +236,8 @@ class RunnerClient:
                         return response.json()
                     except ValueError as exc:
                         raise UpstreamError(self.name, "answered with invalid JSON") from exc
-            if not retryable or not self._may_retry(lane, attempt, deadline, retry_after, connection=connection):
+            outwait = wait_while_down and connection
+            if not retryable or not self._may_retry(attempt, deadline, retry_after, outwait=outwait):
                 raise failure from cause
             await asyncio.sleep(self._delay(attempt, retry_after))
             attempt += 1
@@ -239,10 +248,10 @@ class RunnerClient:
         if await self.breaker.known_down(Deadline(self._connect_timeout_s)):
             raise self._unavailable("runner is down (its /health does not answer)")
 
-    async def _admit(self, lane: Lane, deadline: Deadline) -> bool:
-        """Go ahead unless the runner is known down: then a query fails now, a bulk call waits its deadline.
-        True when this attempt is the breaker's half-open trial."""
-        if lane == "bulk":
+    async def _admit(self, deadline: Deadline, *, wait_while_down: bool) -> bool:
+        """Go ahead unless the runner is known down: then fail now, or with ``wait_while_down`` wait for it
+        within the deadline. True when this attempt is the breaker's half-open trial."""
+        if wait_while_down:
             admitted = await self.breaker.wait_admitted(deadline)
         else:
             admitted = await self.breaker.admit(deadline)
@@ -252,13 +261,11 @@ class RunnerClient:
             raise self._unavailable(f"runner is down ({why})")
         return self.breaker.state == "half_open"
 
-    def _may_retry(self, lane: Lane, attempt: int, deadline: Deadline, retry_after: float | None, *,
-                   connection: bool = True) -> bool:
+    def _may_retry(self, attempt: int, deadline: Deadline, retry_after: float | None, *,
+                   outwait: bool = False) -> bool:
         if not deadline.allows(self._delay(attempt, retry_after)):
             return False
-        if lane == "bulk" and connection:
-            return True  # a bulk call outwaits a runner that went away, as long as its deadline allows
-        return attempt < self._retries
+        return outwait or attempt < self._retries
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:

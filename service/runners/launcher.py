@@ -93,6 +93,8 @@ def runner_specs(settings: Settings, profile: Profile | None = None, *, cpu: boo
     cpu = vllm_is_cpu_build() if cpu is None else cpu
     rs = settings.runners
     common = ["--runner", "pooling", "--disable-uvicorn-access-log"]
+    if settings.upstream.bulk_priority:  # bulk requests carry a priority: vLLM refuses one unless it schedules by it
+        common += ["--scheduling-policy", "priority"]
     env: dict[str, str] = {}
     if cpu:
         common += ["--enforce-eager", "--dtype", "float32"]

@@ -213,26 +213,30 @@ async def test_a_down_runner_answers_queries_503_at_once_with_retry_after() -> N
     await client.aclose()
 
 
-async def test_a_bulk_call_waits_for_the_runner_to_come_back() -> None:
+async def test_an_indexing_call_waits_for_the_runner_to_come_back() -> None:
     runner = DownRunner()
     client = _client(runner, breaker_threshold=2, probe_interval_s=0.1)
-    bulk = asyncio.create_task(client.post_json("/v1/embeddings", {}, lane="bulk", timeout_s=10))
+    bulk = asyncio.create_task(client.post_json("/v1/embeddings", {}, lane="bulk", timeout_s=10, wait_while_down=True))
     await asyncio.sleep(0.8)
     assert not bulk.done()
     with pytest.raises(UpstreamUnavailable):  # meanwhile a query is told at once
         await client.post_json("/v1/embeddings", {}, lane="query")
+    started = time.monotonic()
+    with pytest.raises(UpstreamUnavailable):  # and so is a bulk call from an HTTP caller (the documents writer)
+        await client.post_json("/v1/embeddings", {}, lane="bulk", timeout_s=10)
+    assert time.monotonic() - started < 0.5
     runner.up()
     assert await asyncio.wait_for(bulk, 2) == {"ok": True}
     assert runner.seen[-1] == "/v1/embeddings" and runner.seen.count("/health") >= 3
     await client.aclose()
 
 
-async def test_a_bulk_call_gives_up_at_its_deadline() -> None:
+async def test_an_indexing_call_gives_up_at_its_deadline() -> None:
     runner = DownRunner()
     client = _client(runner, breaker_threshold=2, probe_interval_s=0.1)
     started = time.monotonic()
     with pytest.raises(UpstreamUnavailable):
-        await client.post_json("/v1/embeddings", {}, lane="bulk", timeout_s=1.0)
+        await client.post_json("/v1/embeddings", {}, lane="bulk", timeout_s=1.0, wait_while_down=True)
     assert 0.8 < time.monotonic() - started < 1.2
     await client.aclose()
 
@@ -353,3 +357,20 @@ async def test_a_cancelled_trial_lets_the_next_request_try() -> None:
         await trial
     assert await client.post_json("/x", {}) == {"ok": True}
     await client.aclose()
+
+
+async def test_bulk_calls_carry_the_configured_vllm_priority() -> None:
+    bodies: list[dict[str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, json={})
+
+    client = _client(handler, bulk_priority=1)
+    await client.post_json("/v1/embeddings", {"input": ["q"]})
+    await client.post_json("/v1/embeddings", {"input": ["d1", "d2"]}, lane="bulk")
+    await client.aclose()
+    default = _client(handler)
+    await default.post_json("/v1/embeddings", {"input": ["d3"]}, lane="bulk")
+    await default.aclose()
+    assert bodies == [{"input": ["q"]}, {"input": ["d1", "d2"], "priority": 1}, {"input": ["d3"]}]

