@@ -30,8 +30,9 @@ Rows:
 - local: ``ServerStore`` on qdrant-client's local mode (pure Python, exhaustive); above 20,000 points it answers
   only ``--local-queries`` queries per mode (default 20), it is that slow.
 
-Latencies are per call at concurrency 1, after two warm-up queries; "recall@10" is dense against numpy's exact
-top-10; "sparse@10" / "hybrid@10" are the overlap with numpy's BM25 / RRF top-10 (ties in BM25 scores make
+Latencies are per call at concurrency 1, after two warm-up queries, as wall-clock time and as the CPU time of the
+backend's process (all its threads; a machine busy with other work inflates the first far more than the second);
+"recall@10" is dense against numpy's exact top-10; "sparse@10" / "hybrid@10" are the overlap with numpy's BM25 / RRF top-10 (ties in BM25 scores make
 these fall a little short of 1 even for an exact engine).
 """
 
@@ -912,6 +913,8 @@ def main() -> None:
                   f"max {res['loadavg'].get('max', 0):.1f} on {os.cpu_count()} CPUs)\n")
             print(table(res), flush=True)
             print(f"\nCPU time per call, same run:\n\n{cpu_table(res)}", flush=True)
+            if args.json:  # after every data set: a long run that dies keeps what it measured
+                args.json.write_text(json.dumps(report, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["wall_s"] = time.perf_counter() - started
