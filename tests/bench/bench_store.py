@@ -73,7 +73,7 @@ TOPIC_TERMS = 300
 TOPIC_SHARE = 0.3
 QUERY_TOKENS = 8
 LOCAL_FULL_UP_TO = 20_000
-WARMUP = 2
+LOCAL_WARMUP = 2
 BACKENDS = ("numpy", "edge", "edge-int8", "edge-hnsw", "local")
 
 
@@ -359,7 +359,7 @@ def numpy_task(spec: dict[str, Any]) -> dict[str, Any]:
     }
     out: dict[str, Any] = {"reopen_s": reopen_s, "rss_base_mb": base}
     for mode, call in calls.items():
-        for t in qs[:WARMUP]:
+        for t in qs:  # one untimed pass: page cache and caches warm, as in a serving process
             call(t)
         times, cpu, ids = [], [], []
         for t in qs:
@@ -410,15 +410,17 @@ def configure_int8(store_folder: Path, dim: int) -> None:
 
 
 async def run_queries(store: Any, data: Data, mode: str, nq: int, fusion: Any,
-                      budget_s: float | None = None) -> dict[str, Any]:
-    """``nq`` queries of one mode, one store call each; with ``budget_s``, stop once that much time went by
-    (after at least 5 queries: local mode at 100k spends seconds on each sparse or hybrid query)."""
+                      budget_s: float | None = None, warmup: int | None = None) -> dict[str, Any]:
+    """``nq`` queries of one mode, one store call each, after an untimed pass over the first ``warmup`` of them
+    (all by default: an mmap'd segment or a fresh HNSW graph pays page faults on first touch); with
+    ``budget_s``, stop once that much time went by (after at least 5 queries: local mode at 100k spends seconds
+    on each sparse or hybrid query)."""
     args = []
     for j in range(nq):
         dense = data.q[j].tolist() if mode in ("dense", "hybrid") else None
         sparse = data.query_sparse(j) if mode in ("sparse", "hybrid") else None
         args.append({"dense": dense, "sparse": sparse, "fusion": fusion if mode == "hybrid" else None})
-    for a in args[:WARMUP]:
+    for a in args[:warmup]:
         await store.query(COLLECTION, limit=K, **a)
     times, cpu, ids = [], [], []
     for a in args:
@@ -522,7 +524,7 @@ async def serve_task(spec: dict[str, Any]) -> dict[str, Any]:
         row: dict[str, Any] = {**setting, "reopen_s": time.perf_counter() - t0,
                                "reopen_cpu_s": time.process_time() - c0}
         for mode in ("dense", "sparse", "hybrid") if n == 0 else ("dense", "hybrid"):
-            row[mode] = await run_queries(store, data, mode, nq, fusion, spec.get("budget_s"))
+            row[mode] = await run_queries(store, data, mode, nq, fusion, spec.get("budget_s"), spec.get("warmup"))
             print(f"    {backend} {setting.get('label', '')} {mode}: p50 {row[mode]['p50_ms']:.2f} ms", flush=True)
         if n == 0:
             row["rss_mb"] = rss_mb()
@@ -648,7 +650,7 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
                                 "queries": nq, "settings": settings})
             kind = "hnsw" if opt["changed"] else "optimize did nothing (below the indexing threshold)"
             for i, s in enumerate(serve["settings"]):
-                row("edge", f"{kind}, {s['label']}", serve, s, None, hnsw_ef=s["hnsw_ef"],
+                row("edge", f"{kind}, {s['label']}", serve, s, None, hnsw_ef=s["hnsw_ef"], built=opt["changed"],
                     optimize_s=opt["optimize_s"] if i == 0 else None,
                     optimize_cpu_s=opt["optimize_cpu_s"] if i == 0 else None)
             results["edge_hnsw_optimize"] = opt
@@ -665,8 +667,8 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
                             "queries": nq, "settings": settings})
         kind = "int8 full scan" if opt["changed"] else "int8 not built (below the indexing threshold)"
         for i, s in enumerate(serve["settings"]):
-            row("edge", f"{kind}, {s['label']}", serve, s, build if i == 0 else None,
-                optimize_s=opt["optimize_s"] if i == 0 else None,
+            row("edge", f"{kind}, {s['label']}", serve, s, build if i == 0 else None, built=opt["changed"],
+                oversampling=s.get("oversampling"), optimize_s=opt["optimize_s"] if i == 0 else None,
                 optimize_cpu_s=opt["optimize_cpu_s"] if i == 0 else None)
         results["edge_int8_optimize"] = opt
         shutil.rmtree(folder, ignore_errors=True)
@@ -675,7 +677,7 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
         print(f"  local mode: build, serve ({local_nq} queries a mode)", flush=True)
         build = run_worker({"task": "build", "backend": "local", "data": str(ds), "store": str(folder)})
         serve = run_worker({"task": "serve", "backend": "local", "data": str(ds), "store": str(folder),
-                            "queries": local_nq, "budget_s": args.local_budget_s})
+                            "queries": local_nq, "budget_s": args.local_budget_s, "warmup": LOCAL_WARMUP})
         first = serve["settings"][0]
         counts = ", ".join(f"{m} {first[m]['n']}" for m in ("dense", "sparse", "hybrid"))
         row("local", f"qdrant-client local mode (queries: {counts})", serve, first, build)
@@ -693,13 +695,16 @@ def fmt(v: Any, spec: str = ".2f") -> str:
 def table(results: dict[str, Any]) -> str:
     rows = results["rows"]
     numpy_dense = next((r["dense"]["p50_ms"] for r in rows if r["backend"] == "numpy"), None)
+    one_thread = next((r["dense"]["p50_ms"] for r in rows if r["variant"] == "brute force, 1 BLAS thread"), None)
     head = ("| backend / variant | dense p50 ms | dense p95 ms | sparse p50 ms | hybrid p50 ms | recall@10 | "
-            "sparse@10 | hybrid@10 | upsert pts/s | reopen s | RSS MB | dense / numpy | hybrid / numpy |")
-    lines = [head, "|" + "---|" * 13]
+            "sparse@10 | hybrid@10 | upsert pts/s | reopen s | RSS MB | dense / numpy | hybrid / numpy | "
+            "hybrid / numpy 1-thread |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         d, s, h = r.get("dense", {}), r.get("sparse", {}), r.get("hybrid", {})
         ratio_d = d.get("p50_ms") / numpy_dense if numpy_dense and d else None
         ratio_h = h.get("p50_ms") / numpy_dense if numpy_dense and h else None
+        ratio_h1 = h.get("p50_ms") / one_thread if one_thread and h else None
         name = r["backend"] if r["backend"] == r["variant"] else f"{r['backend']} {r['variant']}"
         if r.get("optimize_s") is not None:
             name += f" (optimize {r['optimize_s']:.1f} s)"
@@ -708,7 +713,7 @@ def table(results: dict[str, Any]) -> str:
             f"{fmt(h.get('p50_ms'))} | {fmt(r.get('recall10'), '.3f')} | {fmt(r.get('sparse_agree10'), '.3f')} | "
             f"{fmt(r.get('hybrid_agree10'), '.3f')} | {fmt(r.get('upsert_pts_s'), ',.0f')} | "
             f"{fmt(r.get('reopen_s'))} | {fmt(r.get('rss_mb'), ',.0f')} | {fmt(ratio_d, '.2f')}x | "
-            f"{fmt(ratio_h, '.2f')}x |".replace("-x", "-")
+            f"{fmt(ratio_h, '.2f')}x | {fmt(ratio_h1, '.2f')}x |".replace("-x", "-")
         )
     return "\n".join(lines)
 
@@ -750,10 +755,10 @@ def plot(all_results: list[dict[str, Any]], path: Path, metric: str = "cpu") -> 
         return next((r for r in res["rows"] if test(r)), None)
 
     series = {
-        "numpy brute force": lambda r: r["backend"] == "numpy",
+        "numpy brute force, 1 BLAS thread": lambda r: r["variant"] == "brute force, 1 BLAS thread",
         "edge exact (shipped)": lambda r: r["variant"].startswith("plain"),
-        "edge int8 full scan": lambda r: r["variant"].startswith("int8 full scan, oversampling 2"),
-        "edge hnsw ef=256": lambda r: r.get("hnsw_ef") == 256,
+        "edge int8 full scan, oversampling 2": lambda r: bool(r.get("built")) and r.get("oversampling") == 2.0,
+        "edge hnsw ef=256": lambda r: bool(r.get("built")) and r.get("hnsw_ef") == 256,
         "local mode": lambda r: r["backend"] == "local",
     }
     width = 0.8 / len(series)
@@ -772,14 +777,15 @@ def plot(all_results: list[dict[str, Any]], path: Path, metric: str = "cpu") -> 
     axes[0].legend(fontsize=8)
     ax = axes[2]
     for res in all_results:
-        hnsw = [r for r in res["rows"] if r.get("hnsw_ef")]
+        hnsw = [r for r in res["rows"] if r.get("hnsw_ef") and r.get("built")]
         if hnsw:
             line = ax.plot([r["dense"][key] for r in hnsw], [r["recall10"] for r in hnsw], "o-",
                            label=f"{res['meta']['name']} hnsw")[0]
             for r in hnsw:
                 ax.annotate(str(r["hnsw_ef"]), (r["dense"][key], r["recall10"]), fontsize=7,
                             textcoords="offset points", xytext=(3, -9))
-            for marker, test in (("s", series["edge exact (shipped)"]), ("^", series["edge int8 full scan"])):
+            for marker, test in (("s", series["edge exact (shipped)"]),
+                                 ("^", series["edge int8 full scan, oversampling 2"])):
                 r = pick(res, test)
                 if r:
                     ax.plot([r["dense"][key]], [r["recall10"]], marker, color=line.get_color(), alpha=0.7)
