@@ -774,7 +774,8 @@ def plot(all_results: list[dict[str, Any]], path: Path, metric: str = "cpu") -> 
         ax.set_ylabel(f"{mode} search p50, {unit} (log)")
         ax.set_title(f"{mode} query, one store call, concurrency 1")
         ax.grid(axis="y", which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(series), fontsize=8, frameon=False)
     ax = axes[2]
     for res in all_results:
         hnsw = [r for r in res["rows"] if r.get("hnsw_ef") and r.get("built")]
@@ -796,7 +797,7 @@ def plot(all_results: list[dict[str, Any]], path: Path, metric: str = "cpu") -> 
     ax.set_title("HNSW ef sweep (o), exact (square), int8 (triangle)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=80)
 
 
@@ -876,10 +877,19 @@ def main() -> None:
                         help="plot CPU time per call (default: steady on a busy machine) or wall-clock time")
     parser.add_argument("--workdir", type=Path, help="where data and stores go (default: a temporary folder)")
     parser.add_argument("--seed", type=int, default=20261201)
+    parser.add_argument("--from-json", type=Path, metavar="JSON",
+                        help="measure nothing: print the tables of an earlier --json and draw --plot from it")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker_main(args.worker)
+        return
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        for res in saved["datasets"]:
+            print(f"\n### {res['meta']['name']}\n\n{table(res)}\n\nCPU time per call, same run:\n\n{cpu_table(res)}")
+        if args.plot:
+            plot(saved["datasets"], args.plot, args.plot_metric)
         return
     args.efs = [int(e) for e in args.efs.split(",") if e]
     args.backends = [b for b in args.backends.split(",") if b]
