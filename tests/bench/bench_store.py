@@ -92,6 +92,14 @@ def rss_mb() -> float:
 
 
 def peak_mb() -> float:
+    """This process's peak RSS. VmHWM, not getrusage: Linux carries ``ru_maxrss`` across exec, so a worker would
+    report its parent's peak (the orchestrator holding the data set) as its own."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
