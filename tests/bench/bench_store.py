@@ -30,8 +30,9 @@ Rows:
 - local: ``ServerStore`` on qdrant-client's local mode (pure Python, exhaustive); above 20,000 points it answers
   only ``--local-queries`` queries per mode (default 20), it is that slow.
 
-Latencies are per call at concurrency 1, after two warm-up queries; "recall@10" is dense against numpy's exact
-top-10; "sparse@10" / "hybrid@10" are the overlap with numpy's BM25 / RRF top-10 (ties in BM25 scores make
+Latencies are per call at concurrency 1, after two warm-up queries, as wall-clock time and as the CPU time of the
+backend's process (all its threads; a machine busy with other work inflates the first far more than the second);
+"recall@10" is dense against numpy's exact top-10; "sparse@10" / "hybrid@10" are the overlap with numpy's BM25 / RRF top-10 (ties in BM25 scores make
 these fall a little short of 1 even for an exact engine).
 """
 
@@ -72,7 +73,7 @@ TOPIC_TERMS = 300
 TOPIC_SHARE = 0.3
 QUERY_TOKENS = 8
 LOCAL_FULL_UP_TO = 20_000
-WARMUP = 2
+LOCAL_WARMUP = 2
 BACKENDS = ("numpy", "edge", "edge-int8", "edge-hnsw", "local")
 
 
@@ -91,6 +92,14 @@ def rss_mb() -> float:
 
 
 def peak_mb() -> float:
+    """This process's peak RSS. VmHWM, not getrusage: Linux carries ``ru_maxrss`` across exec, so a worker would
+    report its parent's peak (the orchestrator holding the data set) as its own."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
@@ -358,7 +367,7 @@ def numpy_task(spec: dict[str, Any]) -> dict[str, Any]:
     }
     out: dict[str, Any] = {"reopen_s": reopen_s, "rss_base_mb": base}
     for mode, call in calls.items():
-        for t in qs[:WARMUP]:
+        for t in qs:  # one untimed pass: page cache and caches warm, as in a serving process
             call(t)
         times, cpu, ids = [], [], []
         for t in qs:
@@ -409,15 +418,17 @@ def configure_int8(store_folder: Path, dim: int) -> None:
 
 
 async def run_queries(store: Any, data: Data, mode: str, nq: int, fusion: Any,
-                      budget_s: float | None = None) -> dict[str, Any]:
-    """``nq`` queries of one mode, one store call each; with ``budget_s``, stop once that much time went by
-    (after at least 5 queries: local mode at 100k spends seconds on each sparse or hybrid query)."""
+                      budget_s: float | None = None, warmup: int | None = None) -> dict[str, Any]:
+    """``nq`` queries of one mode, one store call each, after an untimed pass over the first ``warmup`` of them
+    (all by default: an mmap'd segment or a fresh HNSW graph pays page faults on first touch); with
+    ``budget_s``, stop once that much time went by (after at least 5 queries: local mode at 100k spends seconds
+    on each sparse or hybrid query)."""
     args = []
     for j in range(nq):
         dense = data.q[j].tolist() if mode in ("dense", "hybrid") else None
         sparse = data.query_sparse(j) if mode in ("sparse", "hybrid") else None
         args.append({"dense": dense, "sparse": sparse, "fusion": fusion if mode == "hybrid" else None})
-    for a in args[:WARMUP]:
+    for a in args[:warmup]:
         await store.query(COLLECTION, limit=K, **a)
     times, cpu, ids = [], [], []
     for a in args:
@@ -521,7 +532,7 @@ async def serve_task(spec: dict[str, Any]) -> dict[str, Any]:
         row: dict[str, Any] = {**setting, "reopen_s": time.perf_counter() - t0,
                                "reopen_cpu_s": time.process_time() - c0}
         for mode in ("dense", "sparse", "hybrid") if n == 0 else ("dense", "hybrid"):
-            row[mode] = await run_queries(store, data, mode, nq, fusion, spec.get("budget_s"))
+            row[mode] = await run_queries(store, data, mode, nq, fusion, spec.get("budget_s"), spec.get("warmup"))
             print(f"    {backend} {setting.get('label', '')} {mode}: p50 {row[mode]['p50_ms']:.2f} ms", flush=True)
         if n == 0:
             row["rss_mb"] = rss_mb()
@@ -647,7 +658,7 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
                                 "queries": nq, "settings": settings})
             kind = "hnsw" if opt["changed"] else "optimize did nothing (below the indexing threshold)"
             for i, s in enumerate(serve["settings"]):
-                row("edge", f"{kind}, {s['label']}", serve, s, None, hnsw_ef=s["hnsw_ef"],
+                row("edge", f"{kind}, {s['label']}", serve, s, None, hnsw_ef=s["hnsw_ef"], built=opt["changed"],
                     optimize_s=opt["optimize_s"] if i == 0 else None,
                     optimize_cpu_s=opt["optimize_cpu_s"] if i == 0 else None)
             results["edge_hnsw_optimize"] = opt
@@ -664,8 +675,8 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
                             "queries": nq, "settings": settings})
         kind = "int8 full scan" if opt["changed"] else "int8 not built (below the indexing threshold)"
         for i, s in enumerate(serve["settings"]):
-            row("edge", f"{kind}, {s['label']}", serve, s, build if i == 0 else None,
-                optimize_s=opt["optimize_s"] if i == 0 else None,
+            row("edge", f"{kind}, {s['label']}", serve, s, build if i == 0 else None, built=opt["changed"],
+                oversampling=s.get("oversampling"), optimize_s=opt["optimize_s"] if i == 0 else None,
                 optimize_cpu_s=opt["optimize_cpu_s"] if i == 0 else None)
         results["edge_int8_optimize"] = opt
         shutil.rmtree(folder, ignore_errors=True)
@@ -674,7 +685,7 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
         print(f"  local mode: build, serve ({local_nq} queries a mode)", flush=True)
         build = run_worker({"task": "build", "backend": "local", "data": str(ds), "store": str(folder)})
         serve = run_worker({"task": "serve", "backend": "local", "data": str(ds), "store": str(folder),
-                            "queries": local_nq, "budget_s": args.local_budget_s})
+                            "queries": local_nq, "budget_s": args.local_budget_s, "warmup": LOCAL_WARMUP})
         first = serve["settings"][0]
         counts = ", ".join(f"{m} {first[m]['n']}" for m in ("dense", "sparse", "hybrid"))
         row("local", f"qdrant-client local mode (queries: {counts})", serve, first, build)
@@ -692,13 +703,16 @@ def fmt(v: Any, spec: str = ".2f") -> str:
 def table(results: dict[str, Any]) -> str:
     rows = results["rows"]
     numpy_dense = next((r["dense"]["p50_ms"] for r in rows if r["backend"] == "numpy"), None)
+    one_thread = next((r["dense"]["p50_ms"] for r in rows if r["variant"] == "brute force, 1 BLAS thread"), None)
     head = ("| backend / variant | dense p50 ms | dense p95 ms | sparse p50 ms | hybrid p50 ms | recall@10 | "
-            "sparse@10 | hybrid@10 | upsert pts/s | reopen s | RSS MB | dense / numpy | hybrid / numpy |")
-    lines = [head, "|" + "---|" * 13]
+            "sparse@10 | hybrid@10 | upsert pts/s | reopen s | RSS MB | dense / numpy | hybrid / numpy | "
+            "hybrid / numpy 1-thread |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         d, s, h = r.get("dense", {}), r.get("sparse", {}), r.get("hybrid", {})
         ratio_d = d.get("p50_ms") / numpy_dense if numpy_dense and d else None
         ratio_h = h.get("p50_ms") / numpy_dense if numpy_dense and h else None
+        ratio_h1 = h.get("p50_ms") / one_thread if one_thread and h else None
         name = r["backend"] if r["backend"] == r["variant"] else f"{r['backend']} {r['variant']}"
         if r.get("optimize_s") is not None:
             name += f" (optimize {r['optimize_s']:.1f} s)"
@@ -707,7 +721,7 @@ def table(results: dict[str, Any]) -> str:
             f"{fmt(h.get('p50_ms'))} | {fmt(r.get('recall10'), '.3f')} | {fmt(r.get('sparse_agree10'), '.3f')} | "
             f"{fmt(r.get('hybrid_agree10'), '.3f')} | {fmt(r.get('upsert_pts_s'), ',.0f')} | "
             f"{fmt(r.get('reopen_s'))} | {fmt(r.get('rss_mb'), ',.0f')} | {fmt(ratio_d, '.2f')}x | "
-            f"{fmt(ratio_h, '.2f')}x |".replace("-x", "-")
+            f"{fmt(ratio_h, '.2f')}x | {fmt(ratio_h1, '.2f')}x |".replace("-x", "-")
         )
     return "\n".join(lines)
 
@@ -749,10 +763,10 @@ def plot(all_results: list[dict[str, Any]], path: Path, metric: str = "cpu") -> 
         return next((r for r in res["rows"] if test(r)), None)
 
     series = {
-        "numpy brute force": lambda r: r["backend"] == "numpy",
+        "numpy brute force, 1 BLAS thread": lambda r: r["variant"] == "brute force, 1 BLAS thread",
         "edge exact (shipped)": lambda r: r["variant"].startswith("plain"),
-        "edge int8 full scan": lambda r: r["variant"].startswith("int8 full scan, oversampling 2"),
-        "edge hnsw ef=256": lambda r: r.get("hnsw_ef") == 256,
+        "edge int8 full scan, oversampling 2": lambda r: bool(r.get("built")) and r.get("oversampling") == 2.0,
+        "edge hnsw ef=256": lambda r: bool(r.get("built")) and r.get("hnsw_ef") == 256,
         "local mode": lambda r: r["backend"] == "local",
     }
     width = 0.8 / len(series)
@@ -768,17 +782,19 @@ def plot(all_results: list[dict[str, Any]], path: Path, metric: str = "cpu") -> 
         ax.set_ylabel(f"{mode} search p50, {unit} (log)")
         ax.set_title(f"{mode} query, one store call, concurrency 1")
         ax.grid(axis="y", which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(series), fontsize=8, frameon=False)
     ax = axes[2]
     for res in all_results:
-        hnsw = [r for r in res["rows"] if r.get("hnsw_ef")]
+        hnsw = [r for r in res["rows"] if r.get("hnsw_ef") and r.get("built")]
         if hnsw:
             line = ax.plot([r["dense"][key] for r in hnsw], [r["recall10"] for r in hnsw], "o-",
                            label=f"{res['meta']['name']} hnsw")[0]
             for r in hnsw:
                 ax.annotate(str(r["hnsw_ef"]), (r["dense"][key], r["recall10"]), fontsize=7,
                             textcoords="offset points", xytext=(3, -9))
-            for marker, test in (("s", series["edge exact (shipped)"]), ("^", series["edge int8 full scan"])):
+            for marker, test in (("s", series["edge exact (shipped)"]),
+                                 ("^", series["edge int8 full scan, oversampling 2"])):
                 r = pick(res, test)
                 if r:
                     ax.plot([r["dense"][key]], [r["recall10"]], marker, color=line.get_color(), alpha=0.7)
@@ -789,7 +805,7 @@ def plot(all_results: list[dict[str, Any]], path: Path, metric: str = "cpu") -> 
     ax.set_title("HNSW ef sweep (o), exact (square), int8 (triangle)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=80)
 
 
@@ -869,10 +885,19 @@ def main() -> None:
                         help="plot CPU time per call (default: steady on a busy machine) or wall-clock time")
     parser.add_argument("--workdir", type=Path, help="where data and stores go (default: a temporary folder)")
     parser.add_argument("--seed", type=int, default=20261201)
+    parser.add_argument("--from-json", type=Path, metavar="JSON",
+                        help="measure nothing: print the tables of an earlier --json and draw --plot from it")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker_main(args.worker)
+        return
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        for res in saved["datasets"]:
+            print(f"\n### {res['meta']['name']}\n\n{table(res)}\n\nCPU time per call, same run:\n\n{cpu_table(res)}")
+        if args.plot:
+            plot(saved["datasets"], args.plot, args.plot_metric)
         return
     args.efs = [int(e) for e in args.efs.split(",") if e]
     args.backends = [b for b in args.backends.split(",") if b]
@@ -912,6 +937,8 @@ def main() -> None:
                   f"max {res['loadavg'].get('max', 0):.1f} on {os.cpu_count()} CPUs)\n")
             print(table(res), flush=True)
             print(f"\nCPU time per call, same run:\n\n{cpu_table(res)}", flush=True)
+            if args.json:  # after every data set: a long run that dies keeps what it measured
+                args.json.write_text(json.dumps(report, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["wall_s"] = time.perf_counter() - started
