@@ -110,6 +110,17 @@ class UpstreamSettings(BaseModel):
     probe_interval_s: float = Field(1.0, description="How often /health is probed while a runner is down.")
     probe_timeout_s: float = Field(1.0, description="Timeout of one such probe.")
     unavailable_retry_after_s: float = Field(5.0, description="Retry-After of a 503 for a runner that is down.")
+    health_interval_s: float = Field(
+        2.0, gt=0, description="How often each replica of a pool of several is asked /health; a failed check counts "
+        "like a refused connection toward breaker_threshold, which takes the replica out until it answers again.",
+    )
+    dns_refresh_s: float = Field(
+        5.0, gt=0, description="How often a dns+ runner URL is resolved again (replicas join and leave).",
+    )
+    affinity_load_factor: float = Field(
+        1.25, ge=1.0, description="Chat requests go to their prompt prefix's replica unless it holds more than this "
+        "many times its fair share of the requests in flight (bounded-load consistent hashing); then the next one.",
+    )
     embed_batch_size: int = Field(64, description="Texts per /v1/embeddings request when upserting.")
 
 

@@ -50,8 +50,8 @@ async def build_services(
     store_client: AsyncQdrantClient | None = None,
 ) -> Services:
     """Create every client. ``transports`` (tests only) replaces the network edge of a runner client;
-    ``resolver`` (tests only) replaces the DNS edge of the URL fetcher; ``store_client`` (tests only) runs
-    the Qdrant server backend on the given qdrant-client (its local mode)."""
+    ``resolver`` (tests only) replaces the DNS edge of the URL fetcher and of the runner pools' ``dns+`` names;
+    ``store_client`` (tests only) runs the Qdrant server backend on the given qdrant-client (its local mode)."""
     transports = transports or {}
     profile = get_profile(settings.profile)
     up = settings.upstream
@@ -64,8 +64,10 @@ async def build_services(
             retries=up.retries, backoff_s=up.backoff_s, bulk_max_inflight=up.bulk_max_inflight,
             bulk_priority=up.bulk_priority,
             breaker_threshold=up.breaker_threshold, probe_interval_s=up.probe_interval_s,
-            probe_timeout_s=up.probe_timeout_s, unavailable_retry_after_s=up.unavailable_retry_after_s,
-            unavailable_code=unavailable_code, transport=transports.get(name),
+            probe_timeout_s=up.probe_timeout_s, health_interval_s=up.health_interval_s,
+            dns_refresh_s=up.dns_refresh_s, affinity_load_factor=up.affinity_load_factor,
+            unavailable_retry_after_s=up.unavailable_retry_after_s,
+            unavailable_code=unavailable_code, transport=transports.get(name), resolver=resolver,
         )
 
     if settings.embed_dimensions is not None:
