@@ -122,6 +122,9 @@ async def build_services(
             services.generator, media, search_service, services.image_queries, settings,
             observe_stage=metrics.observe_stage,
         )
+    metrics.replicas.watch(
+        r.runner for r in (services.embedder, services.reranker, services.generator) if r is not None
+    )
     return services
 
 
