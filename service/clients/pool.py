@@ -145,7 +145,7 @@ class ReplicaPool:
 
     def why_down(self) -> str:
         if not self.replicas:
-            return "no replica: its DNS name resolves to no address"
+            return "no replica: its dns+ name resolves to no address (or did not resolve yet)"
         if any(r.breaker.state == "half_open" for r in self.replicas):
             return "coming back: one request at a time tries it"
         return "no replica's /health answers" if len(self.replicas) > 1 else "its /health does not answer"

@@ -41,6 +41,7 @@ class HashRing:
         points = sorted((_hash(f"{url}#{i}"), url) for url in set(urls) for i in range(virtual_nodes))
         self._hashes = [h for h, _ in points]
         self._urls = [u for _, u in points]
+        self._distinct = len(set(self._urls))
 
     def walk(self, key: str) -> list[str]:
         """Every replica once, clockwise from ``key``'s place: the owner first, then where it spills."""
@@ -50,6 +51,8 @@ class HashRing:
         seen: dict[str, None] = {}
         for i in range(len(self._urls)):
             seen.setdefault(self._urls[(start + i) % len(self._urls)])
+            if len(seen) == self._distinct:
+                break
         return list(seen)
 
 
