@@ -122,16 +122,29 @@ class ReplicaPool:
 
     async def pick(self, deadline: Deadline, *, affinity: str | None = None,
                    tried: Sequence[Replica] = ()) -> tuple[Replica, bool] | None:
-        """The first replica in routing order that its breaker admits (probing one whose probe is due), and
-        whether this call is that replica's half-open trial; None when no replica admits a call now."""
+        """The first serving replica in routing order, and whether this call is its half-open trial; None when
+        no replica admits a call now.
+
+        Replicas that are out are passed over without a probe (the upkeep probes them, off the request's
+        path); only when none is serving does the call probe one whose probe is due, as a lone runner's
+        breaker always did: at most one short ``/health`` before a 503."""
         await self._ready()
-        for replica in self.order(affinity=affinity, tried=tried):
-            if await replica.breaker.admit(deadline):
-                self._picks += 1
-                replica.chosen += 1
-                replica.last_chosen = self._picks
-                return replica, replica.breaker.state == "half_open"
+        order = self.order(affinity=affinity, tried=tried)
+        for replica in order:
+            if replica.eligible and await replica.breaker.admit(deadline):
+                return self._chose(replica)
+        for replica in order:
+            if replica.breaker.state == "open" and replica.breaker.next_probe_in() == 0:
+                if await replica.breaker.admit(deadline):
+                    return self._chose(replica)
+                break
         return None
+
+    def _chose(self, replica: Replica) -> tuple[Replica, bool]:
+        self._picks += 1
+        replica.chosen += 1
+        replica.last_chosen = self._picks
+        return replica, replica.breaker.state == "half_open"
 
     def untried_serving(self, tried: Sequence[Replica]) -> bool:
         """Whether a replica this call has not failed on may take it now (so a retry need not wait)."""

@@ -22,6 +22,8 @@ class FakeReplica:
     down: bool = False
     drop: bool = False
     sick: bool = False
+    stall: bool = False
+    """Holds its port and answers nothing, ``/health`` included (a vLLM still loading its model)."""
     delay_s: float = 0.0
     hold: asyncio.Event | None = None
     in_flight: int = 0
@@ -57,6 +59,8 @@ class FakeReplicas:
         if replica is None or replica.down:
             raise httpx.ConnectError("connection refused", request=request)
         path = request.url.path
+        if replica.stall:
+            await asyncio.sleep(3600)
         if path == "/health":
             self.served.append((address, path))
             return httpx.Response(503 if replica.sick else 200)

@@ -146,6 +146,24 @@ async def test_a_replica_failing_health_checks_is_taken_out_and_put_back() -> No
     await client.aclose()
 
 
+async def test_requests_never_wait_on_the_probe_of_a_replica_that_is_out() -> None:
+    """A is out and now holds its port without answering (a restarting vLLM): its probes take their whole
+    timeout in the pool's upkeep, while every request goes straight to B."""
+    fake = FakeReplicas().add(A, B)
+    fake[A].down = True
+    client = pool(fake, probe_timeout_s=1.0)
+    for _ in range(3):
+        await client.post_json(EMBED, {})
+    assert client.replicas[0].breaker.state == "open"
+    fake[A].down, fake[A].stall = False, True
+    await asyncio.sleep(0.3)  # probes are due, and under way
+    for _ in range(10):
+        started = time.monotonic()
+        assert (await client.post_json(EMBED, {}))["replica"] == B
+        assert time.monotonic() - started < 0.1
+    await client.aclose()
+
+
 async def test_connection_errors_take_a_replica_out_and_retries_go_elsewhere() -> None:
     fake = FakeReplicas().add(A, B, C)
     fake[B].down = True
