@@ -402,8 +402,10 @@ def main(argv: list[str] | None = None) -> None:
     except (UnknownSetting, KeyConfigError) as exc:
         print(f"ragserve: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    except ValidationError as exc:
-        print(f"ragserve: invalid settings: {exc}", file=sys.stderr)
+    except ValidationError as exc:  # never echo the values: a refused setting may be an API key
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}"
+                             for e in exc.errors(include_input=False, include_url=False))
+        print(f"ragserve: invalid settings: {problems}", file=sys.stderr)
         raise SystemExit(2) from None
     except (RunnerConfigError, RunnerStartError, StoreError) as exc:
         print(f"ragserve: {exc}", file=sys.stderr)
