@@ -226,6 +226,10 @@ class QdrantSettings(BaseModel):
         10.0, description="Server: how long collection settings are cached (other replicas' changes show after it)."
     )
     edge_threads: int = Field(2, ge=1, description="Embedded store: threads that run engine calls.")
+    edge_process: bool = Field(
+        True, description="Embedded store: run Qdrant Edge in a child process of its own (one per data folder), so "
+        "its engine calls, which hold the GIL, never pause the API's event loop. false: in this process.",
+    )
     edge_write_batch: int = Field(
         64, ge=1, description="Embedded store: points per engine write (each holds the GIL: 64 points of 1024 "
         "dimensions is about 20 ms)."

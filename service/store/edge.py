@@ -195,18 +195,7 @@ class EdgeStore(VectorStore):
     def check_space(self, need_bytes: int) -> None:
         """:class:`StoreFull` unless the data disk has ``min_free_bytes`` + ``need_bytes`` free (see the module
         docstring: a write that finds the disk full would kill the process)."""
-        try:
-            st = os.statvfs(self.root)
-        except OSError as exc:
-            raise StoreError(f"the embedded store's folder cannot be read: {exc.strerror}") from exc
-        free = st.f_bavail * st.f_frsize
-        if free < self._min_free + need_bytes:
-            raise StoreFull(
-                f"the data disk is full: {free / 2**20:.1f} MiB free, and this write needs "
-                f"{need_bytes / 2**20:.1f} MiB above the {self._min_free / 2**20:.0f} MiB the embedded store keeps "
-                "in reserve (RAGSERVE_QDRANT__EDGE_MIN_FREE_MB). Nothing was written; searches go on, and writes "
-                "work again once space is freed"
-            )
+        check_free_space(self.root, self._min_free, need_bytes)
 
     def _get(self, name: str) -> _Collection:
         coll = self._collections.get(name)
@@ -445,6 +434,22 @@ def _upsert(shard: qe.EdgeShard, name: str, chunks: Sequence[Chunk], vectors: Se
         points.append(qe.Point(c.id_in(name), vector, c.payload()))
     shard.update(qe.UpdateOperation.upsert_points(points))
 
+
+
+def check_free_space(root: Path, min_free: int, need_bytes: int) -> None:
+    """:class:`StoreFull` unless the disk holding ``root`` has ``min_free`` + ``need_bytes`` bytes free."""
+    try:
+        st = os.statvfs(root)
+    except OSError as exc:
+        raise StoreError(f"the embedded store's folder cannot be read: {exc.strerror}") from exc
+    free = st.f_bavail * st.f_frsize
+    if free < min_free + need_bytes:
+        raise StoreFull(
+            f"the data disk is full: {free / 2**20:.1f} MiB free, and this write needs "
+            f"{need_bytes / 2**20:.1f} MiB above the {min_free / 2**20:.0f} MiB the embedded store keeps "
+            "in reserve (RAGSERVE_QDRANT__EDGE_MIN_FREE_MB). Nothing was written; searches go on, and writes "
+            "work again once space is freed"
+        )
 
 NEW_SHARD_BYTES = 64 << 20
 """What a new shard takes on disk (measured on tmpfs: 7.2 MB at once, then its first load writes out its WAL's
