@@ -19,8 +19,8 @@ from qdrant_client import AsyncQdrantClient
 from service.sparse.config import SparseConfig
 from service.store.base import VectorStore
 from service.store.edge import EdgeStore
-from service.store.process import ProcessStore
 from service.store.errors import CollectionExists, CollectionNotFound
+from service.store.process import ProcessStore
 from service.store.server import ServerStore
 from service.store.types import Chunk, Filter, Fusion, Match, MatchAny, Range, SparseVector, point_id
 
