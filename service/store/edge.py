@@ -111,7 +111,8 @@ class EdgeStore(VectorStore):
     backend = "edge"
 
     def __init__(self, root: Path, *, max_concurrency: int = 8, timeout_s: float = 10.0, threads: int = 2,
-                 write_batch: int = 128, hnsw_ef: int = 256, min_free_bytes: int = 64 << 20) -> None:
+                 write_batch: int = 128, hnsw_ef: int = 256, int8_oversampling: float = 2.0,
+                 min_free_bytes: int = 64 << 20) -> None:
         """Use :meth:`open` (it takes the folder's lock and loads every collection)."""
         self.root = root
         self._min_free = min_free_bytes
@@ -120,6 +121,10 @@ class EdgeStore(VectorStore):
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="qdrant-edge")
         self._write_batch = write_batch
         self._params = qe.SearchParams(hnsw_ef=hnsw_ef)
+        # A collection quantized by ``ragserve optimize --int8``: without oversampling, rescoring only re-orders
+        # the int8 top-k (recall@10 0.94 at 100k x 1024); with 2, the float vectors rescore twice as many.
+        self._int8_params = qe.SearchParams(
+            hnsw_ef=hnsw_ef, quantization=qe.QuantizationSearchParams(rescore=True, oversampling=int8_oversampling))
         self._sparse_params = _idf_params(None)
         self._collections: dict[str, _Collection] = {}
         self._create_lock = asyncio.Lock()
@@ -323,7 +328,8 @@ class EdgeStore(VectorStore):
         coll = self._get(name)
         flt = to_edge(query_filter) if query_filter is not None else None
         sparse_params = self._sparse_params if idf_corpus is None else _idf_params(idf_corpus)
-        request = self._request(dense, sparse, limit, flt, fusion, sparse_params)
+        dense_params = self._int8_params if coll.info.quantization == INT8 else self._params
+        request = self._request(dense, sparse, limit, flt, fusion, dense_params, sparse_params)
         points = await self._run(name, lambda: coll.shard.query(request))
         return [Hit.from_payload(p.id, p.score, p.payload) for p in points]
 
@@ -335,8 +341,10 @@ class EdgeStore(VectorStore):
             await self._run(name, lambda: _tenant_index(coll.shard, field))
             coll.tenant_fields.add(field)
 
-    def _request(self, dense: Sequence[float] | None, sparse: SparseVector | None, limit: int,
-                 flt: qe.Filter | None, fusion: Fusion | None, sparse_params: qe.SearchParams) -> qe.QueryRequest:
+    @staticmethod
+    def _request(dense: Sequence[float] | None, sparse: SparseVector | None, limit: int, flt: qe.Filter | None,
+                 fusion: Fusion | None, dense_params: qe.SearchParams,
+                 sparse_params: qe.SearchParams) -> qe.QueryRequest:
         dense_q = qe.Query.Nearest(list(dense), using=DENSE) if dense is not None else None
         sparse_q = (qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE)
                     if sparse is not None else None)
@@ -347,14 +355,14 @@ class EdgeStore(VectorStore):
                      else qe.Fusion.Rrf(k=fusion.rrf_k, weights=[fusion.dense_weight, fusion.sparse_weight]))
             return qe.QueryRequest(
                 limit=limit, query=fused, filter=flt, with_payload=True,
-                prefetches=[qe.Prefetch(limit=depth, query=dense_q, filter=flt, params=self._params),
+                prefetches=[qe.Prefetch(limit=depth, query=dense_q, filter=flt, params=dense_params),
                             qe.Prefetch(limit=depth, query=sparse_q, filter=flt, params=sparse_params)],
             )
         query = dense_q or sparse_q
         if query is None:
             raise ValueError("a dense or a sparse query vector is needed")
         return qe.QueryRequest(limit=limit, query=query, filter=flt, with_payload=True,
-                               params=self._params if dense_q is not None else sparse_params)
+                               params=dense_params if dense_q is not None else sparse_params)
 
     async def count(self, name: str, where: Filter | None = None) -> int:
         coll = self._get(name)
@@ -568,6 +576,10 @@ def probe_store(root: Path) -> None:
                 raise StoreLocked(root, f.read().strip() or "another process") from None
             fcntl.flock(f, fcntl.LOCK_UN)
 
+
+INT8 = "int8"
+"""``CollectionInfo.quantization`` (and ``collection.json``'s ``quantization``) of a collection that
+``ragserve optimize --int8`` quantized."""
 
 def optimize_collection(root: Path, name: str, *, progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Build HNSW for one collection, in this process, with the store's lock held (never while serving:
