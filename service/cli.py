@@ -165,11 +165,15 @@ def cmd_optimize(args: argparse.Namespace) -> None:
     """Build HNSW (or, with --int8, the int8 quantization) for a collection of the embedded store, in this
     process, while nothing else has it open."""
     from service.store.edge import optimize_collection
+    from service.store.errors import CollectionNotFound
 
     settings = _settings(args)
     if settings.qdrant.url:
         raise SystemExit("ragserve optimize is for the embedded store; a Qdrant server optimizes by itself")
-    optimize_collection(settings.qdrant_path, args.collection, int8=args.int8)
+    try:
+        optimize_collection(settings.qdrant_path, args.collection, int8=args.int8)
+    except CollectionNotFound as exc:
+        raise SystemExit(f"ragserve: {exc.message} in {settings.qdrant_path}") from None
 
 
 def cmd_runners_up(args: argparse.Namespace) -> None:

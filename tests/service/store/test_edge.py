@@ -268,7 +268,7 @@ async def test_optimize_says_when_it_builds_nothing(tmp_path: Path, int8: bool) 
         await store.aclose()
 
 
-def test_the_command_quantizes(tmp_path: Path) -> None:
+def test_the_command_quantizes_and_names_a_missing_collection(tmp_path: Path) -> None:
     async def build() -> None:
         store = await EdgeStore.open(tmp_path / "qdrant")
         await store.create_collection("c", dimensions=64, model="m")
@@ -286,3 +286,7 @@ def test_the_command_quantizes(tmp_path: Path) -> None:
         "int8-quantized" in r.stdout
     assert json.loads((tmp_path / "qdrant" / "collections" / "c" / "collection.json").read_text())["quantization"] \
         == "int8"
+    r = subprocess.run([*args, "nope", "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"ragserve: collection 'nope' does not exist in {tmp_path / 'qdrant'}" in r.stderr
