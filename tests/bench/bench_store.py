@@ -173,12 +173,13 @@ def save_data(folder: Path, name: str, x: np.ndarray, q: np.ndarray, docs_sparse
     (folder / "meta.json").write_text(json.dumps(meta, indent=2))
 
 
-def bm25_weights(tf: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """ragserve's document weights (service/sparse/bm25.py) with its default settings."""
+def bm25_weights(tf: np.ndarray, length: np.ndarray, avg_len: float) -> np.ndarray:
+    """ragserve's document weights (service/sparse/bm25.py) with its default settings; ``avg_len`` is what a
+    collection created without one estimates from its documents (service/sparse/normalisation.py)."""
     from service.sparse.config import SparseConfig
 
     cfg = SparseConfig()
-    norm = cfg.k1 * (1 - cfg.b + cfg.b * length / cfg.avg_len)
+    norm = cfg.k1 * (1 - cfg.b + cfg.b * length / (cfg.avg_len or avg_len))
     return (tf * (cfg.k1 + 1) / (tf + norm)).astype(np.float32)
 
 
@@ -200,7 +201,7 @@ def zipf_sparse(rng: np.random.Generator, labels: np.ndarray, topics: np.ndarray
     ptr = np.zeros(rows + 1, np.int64)
     np.cumsum(np.bincount(doc, minlength=rows), out=ptr[1:])
     values = (np.ones(len(term), np.float32) if query
-              else bm25_weights(tf.astype(np.float32), lengths[doc].astype(np.float32)))
+              else bm25_weights(tf.astype(np.float32), lengths[doc].astype(np.float32), float(lengths.mean())))
     return ptr, term + 1, values  # term ids from 1
 
 
@@ -281,7 +282,9 @@ def make_scifact(folder: Path, root: Path) -> dict[str, Any]:
     docs_v, queries_v = scifact_vectors(root)
     encoder = Bm25Encoder(SparseConfig())
     texts = [f"{d.get('title', '')} {d['text']}".strip() for d in corpus]
-    docs_sp = csr_of([encoder.encode_document(t) for t in texts])
+    tfs = [encoder.frequencies(t) for t in texts]  # avg_len as a collection without one estimates it
+    avg_len = max(sum(sum(tf.values()) for tf in tfs) / len(tfs), 1.0)
+    docs_sp = csr_of([encoder.weights(tf, avg_len) for tf in tfs])
     queries_sp = csr_of([encoder.encode_query(q["text"]) for q in queries])
     save_data(folder, "scifact", docs_v, queries_v, docs_sp, queries_sp, texts, {"kind": "scifact"})
     doc_ids = [d["_id"] for d in corpus]
