@@ -591,9 +591,9 @@ INT8 = "int8"
 ``ragserve optimize --int8`` quantized."""
 
 INDEXING_THRESHOLD_KB = 1
-"""What ``optimize_collection`` sets as the engine's indexing threshold: a segment is indexed (HNSW) or quantized
-(int8) only above 1 KB of vectors, so every segment of any real size is, now (there is no background optimizer to
-act on the stored setting later; the engine's default, 10,000 KB, would leave a collection of 5,000 x 384 as it is)."""
+"""The engine's indexing threshold as ``optimize_collection`` sets it: a segment is indexed (HNSW) or quantized
+(int8) only above 1 KB of vectors, so every segment of any real size is, at once (there is no background optimizer
+to act on the stored setting later; the engine's default, 10,000 KB, would leave 5,000 x 384 as it is)."""
 
 HNSW_FLOATS_PER_S = 2400 * 384
 """The HNSW build, measured on 2 cores: about 2,400 points/s at 384 dims (40k in 16.5 s), slower in proportion

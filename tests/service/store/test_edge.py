@@ -130,6 +130,18 @@ async def test_optimize_builds_hnsw_offline_and_search_keeps_its_answers(tmp_pat
     recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact, strict=True)])
     assert recall >= 0.95
 
+    # Switched to int8 afterwards: the engine rebuilds the HNSW segment to the new config (m=0, quantized).
+    lines.clear()
+    result = optimize_collection(tmp_path / "s", "c", int8=True, progress=lines.append)
+    assert (result["mode"], result["indexed"], result["changed"]) == ("int8", 3000, True)
+    assert "3000 of 3000 points' dense vectors are int8-quantized" in lines[1]
+    store = await EdgeStore.open(tmp_path / "s")
+    try:
+        int8_ids = [[h.doc_id for h in await store.query("c", dense=q.tolist(), limit=10)] for q in queries]
+    finally:
+        await store.aclose()
+    assert np.mean([len(set(a) & set(e)) / 10 for a, e in zip(int8_ids, exact, strict=True)]) >= 0.99
+
 
 # --- int8 scalar quantization (``ragserve optimize --int8``) ------------------------------------------------------
 
