@@ -235,6 +235,11 @@ class QdrantSettings(BaseModel):
         "dimensions is about 20 ms)."
     )
     hnsw_ef: int = Field(256, ge=1, description="HNSW search breadth, used once `ragserve optimize` built HNSW.")
+    int8_oversampling: float = Field(
+        2.0, ge=1.0, description="Embedded store, collections quantized by `ragserve optimize --int8`: a dense search "
+        "takes this many times its limit from the int8 scan and rescores them with the float vectors (1 rescores "
+        "only the int8 top-k: recall@10 0.94 at 100k x 1024 against 1.000 with 2; docs/store-benchmark.md).",
+    )
     edge_min_free_mb: int = Field(
         64, ge=0, description="Embedded store: free space kept on the data disk; a write that would go below it is "
         "refused with 507 store_full (the engine's memory-mapped files would crash the process on a full disk).",

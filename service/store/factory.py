@@ -26,5 +26,6 @@ async def open_store(settings: Settings, *, client: AsyncQdrantClient | None = N
     opener = ProcessStore.open if q.edge_process else EdgeStore.open
     return await opener(
         settings.qdrant_path, max_concurrency=q.max_concurrency, timeout_s=q.timeout_s, threads=q.edge_threads,
-        write_batch=q.edge_write_batch, hnsw_ef=q.hnsw_ef, min_free_bytes=q.edge_min_free_mb << 20,
+        write_batch=q.edge_write_batch, hnsw_ef=q.hnsw_ef, int8_oversampling=q.int8_oversampling,
+        min_free_bytes=q.edge_min_free_mb << 20,
     )
