@@ -200,7 +200,7 @@ class ProcessStore(VectorStore):
         self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
         sparse: Sequence[SparseVector] | None = None,
     ) -> None:
-        matrix = np.asarray(vectors, dtype=np.float32)
+        matrix = vectors if isinstance(vectors, np.ndarray) else await asyncio.to_thread(_as_matrix, vectors)
         await self._run("upsert", name, list(chunks), matrix, list(sparse) if sparse is not None else None)
 
     async def delete(self, name: str, where: Filter) -> None:
@@ -230,6 +230,14 @@ class ProcessStore(VectorStore):
 
     async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
         await self._run("set_sparse_vectors", name, list(vectors))
+
+
+def _as_matrix(vectors: Sequence[Sequence[float]], rows: int = 64) -> np.ndarray:
+    """float32 rows, converted a slice at a time: one conversion of thousands of lists would hold the GIL for
+    tens of milliseconds in a single call."""
+    if not vectors:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.concatenate([np.asarray(vectors[i:i + rows], dtype=np.float32) for i in range(0, len(vectors), rows)])
 
 
 # --- failures across the pipe ---------------------------------------------------------------------------------
