@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from pathlib import Path
 
 from service.config import Settings
@@ -62,5 +63,6 @@ async def test_no_stall_while_a_20k_chunk_job_indexes_and_queries_run(qwen3_sett
 
     assert job["state"] == "succeeded" and job["counts"]["documents_indexed"] == CHUNKS, job
     assert final.json()["hits"][0]["doc_id"] == "p12345"
-    assert len(heart.beats) > 100 and len(statuses) > 20 and set(statuses) == {200}
+    assert len(heart.beats) > 100 and len(statuses) > 20
     assert heart.stalls()[-1][0] < MAX_STALL_S, f"event loop stalled: worst {heart.worst()}"
+    assert set(statuses) == {200}, Counter(statuses)
