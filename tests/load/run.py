@@ -72,6 +72,8 @@ class LoadPlan:
     attempts: int = 1
     """Sustained runs tried, each at 3/4 of the rate before, until p99 < 1 s with no error."""
     p99_target_s: float = 1.0
+    rss_growth_mib: float = 300
+    """The API's resident memory may grow at most this much above its idle size during the stages."""
     escalations: int = 0
     """Overload runs added, each at twice the rate before, while an overload run was answered without one 429
     (the machine answered more than it did while calibrating: its other work stopped in the meantime)."""
@@ -80,6 +82,7 @@ class LoadPlan:
 
 FULL = LoadPlan(users=64, docs=3000, max_chars=None, calibrate_s=30, stage_s=60, sustain_share=0.8, attempts=3)
 SHORT = LoadPlan(users=16, docs=60, max_chars=300, calibrate_s=3, stage_s=4, sustain_share=0.75, escalations=2,
+                 rss_growth_mib=150,
                  server_env={"RAGSERVE_UPSTREAM__MAX_CONCURRENCY": "4", "RAGSERVE_UPSTREAM__ACQUIRE_TIMEOUT_S": "0.5"})
 
 
@@ -314,6 +317,29 @@ def run(plan: LoadPlan, embed_url: str, work: Path, *, rate: float | None = None
                       machine={"cpus": os.cpu_count(), "load_average": os.getloadavg()}, api_pid=api.pid)
 
 
+def problems(result: LoadResult, plan: LoadPlan) -> list[str]:
+    """What the run must not show: an empty list is a pass."""
+    found = []
+    for s in result.stages:
+        if s.server_errors:
+            found.append(f"{s.name}: {s.server_errors} 5xx, connection errors or client timeouts {s.by_status}")
+        if set(s.by_status) - {"200", "429"}:
+            found.append(f"{s.name}: answers other than 200 and 429: {s.by_status}")
+        if s.retry_after_429 != s.by_status.get("429", 0):
+            found.append(f"{s.name}: {s.by_status.get('429', 0) - s.retry_after_429} 429s without Retry-After")
+        if s.rss_peak_mib - result.rss_idle_mib > plan.rss_growth_mib:
+            found.append(f"{s.name}: RSS {s.rss_peak_mib} MiB, {s.rss_peak_mib - result.rss_idle_mib:.0f} MiB above "
+                         f"idle (bound {plan.rss_growth_mib})")
+    held, overload = result.stage("sustained"), result.stage("overload")
+    if held.p99_ms >= plan.p99_target_s * 1000 or held.error_rate:
+        found.append(f"sustained: not held (p99 {held.p99_ms} ms, {held.by_status})")
+    if not overload.by_status.get("429"):
+        found.append(f"overload: no 429 at {overload.offered_rps}/s ({overload.by_status}): not an overload")
+    if not overload.ok_rps:
+        found.append("overload: no request answered 200")
+    return found
+
+
 def table(result: LoadResult) -> str:
     head = ("| stage | users | offered/s | 200/s | p50 ms | p99 ms | p99 all ms | answers by status | "
             "429 with Retry-After | in flight | peak RSS MiB |")
@@ -352,21 +378,29 @@ def main() -> None:
     parser.add_argument("--embed-url", default=os.environ.get("RAGSERVE_TEST_MINILM_URL"))
     parser.add_argument("--out", type=Path, help="write the result as JSON here")
     parser.add_argument("--keep", type=Path, help="keep the work folder (server log, Locust logs, records) here")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting of the server, e.g. RAGSERVE_UPSTREAM__ACQUIRE_TIMEOUT_S=1 (repeatable)")
     args = parser.parse_args()
     plan = FULL if args.full else SHORT
+    overrides: dict[str, Any] = {"server_env": {**plan.server_env, **dict(s.split("=", 1) for s in args.set)}}
     if args.docs:
-        plan = LoadPlan(**{**asdict(plan), "docs": args.docs})
+        overrides["docs"] = args.docs
+    plan = LoadPlan(**{**asdict(plan), **overrides})
     with ExitStack() as stack:
         work = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ragserve-load-")))
         work.mkdir(parents=True, exist_ok=True)
         url = stack.enter_context(minilm_runner(args.embed_url))
         result = run(plan, url, work, rate=args.rate, progress=True)
-    summary = {**asdict(result), "command": " ".join(["python -m tests.load.run", *sys.argv[1:]])}
+    found = problems(result, plan)
+    summary = {**asdict(result), "command": " ".join(["python -m tests.load.run", *sys.argv[1:]]), "problems": found,
+               "ok": not found}
     if args.out:
         args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"{result.docs} SciFact documents ({result.points} points) indexed in {result.index_s} s; "
           f"API RSS idle {result.rss_idle_mib} MiB; sustained rate {result.sustained_rps}/s")
     print(table(result))
+    print("\n".join(f"PROBLEM: {p}" for p in found) or "no problem found")
+    sys.exit(1 if found else 0)
 
 
 if __name__ == "__main__":
