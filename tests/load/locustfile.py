@@ -48,9 +48,10 @@ DRAIN_S = 30.0
 with open(os.environ["LOAD_QUERIES"]) as f:
     QUERIES: list[str] = json.load(f)
 
-RECORDS: list[tuple[float, float, int, str | None, float]] = []
+RECORDS: list[tuple[float, float, int, str | None, float, dict[str, float] | None]] = []
 """(scheduled send, seconds after the start; latency from the schedule, s; status, 0 for a connection error
-or a client timeout; the Retry-After header; lag of the actual send behind the schedule, s)"""
+or a client timeout; the Retry-After header; lag of the actual send behind the schedule, s; the server's own
+``timings_ms`` of a 200: embed (the wait for a query slot included), search, total)"""
 _numbers = itertools.count()
 _finished = itertools.count(1)
 _start: float | None = None
@@ -85,14 +86,21 @@ class SearchUser(FastHttpUser):
         with self.client.post("/v1/search", json={"collection": COLLECTION, "query": query, "top_k": TOP_K},
                               headers={"Authorization": f"Bearer {KEY}"}, name="/v1/search",
                               catch_response=True) as response:
+            latency = time.monotonic() - scheduled
             status = response.status_code or 0
             headers = response.headers or {}
+            timings = None
             if status == 200:
-                response.success()
+                try:
+                    timings = response.json()["timings_ms"]
+                except (ValueError, KeyError, TypeError):
+                    response.failure("a 200 without timings_ms")
+                else:
+                    response.success()
             else:
                 response.failure(f"HTTP {status}")
         assert _start is not None
-        RECORDS.append((scheduled - _start, time.monotonic() - scheduled, status, headers.get("Retry-After"), lag))
+        RECORDS.append((scheduled - _start, latency, status, headers.get("Retry-After"), lag, timings))
 
     @task
     def drive(self) -> None:

@@ -116,6 +116,11 @@ class StageResult:
     hwm_mib: float
     """VmHWM after the stage: the process's peak since it started."""
     locust_cpu_warning: bool
+    load_average: float
+    """The machine's 1-minute load average at the end of the stage (other work shares these CPUs)."""
+    server_ms: dict[str, float] = field(default_factory=dict)
+    """p50 / p99 of the server's own timings of the 200s: embed (the wait for a query slot included),
+    search (the store), total (the handler)."""
 
     @property
     def server_errors(self) -> int:
@@ -225,7 +230,7 @@ def locust(api: ServeProcess, work: Path, name: str, *, users: int, rate: float,
 
 
 def summarize(name: str, data: dict[str, Any], *, rss_before: int, rss_peak: int, hwm: int, cpu_warning: bool,
-              users: int, mode: str) -> StageResult:
+              users: int, mode: str, load_average: float = 0.0) -> StageResult:
     records = data["records"]
     duration = float(data["duration_s"])
     status = Counter(str(r[2]) for r in records)
@@ -244,6 +249,11 @@ def summarize(name: str, data: dict[str, Any], *, rss_before: int, rss_peak: int
     def pct(a: np.ndarray, q: float) -> float:
         return round(float(np.percentile(a, q)), 1) if a.size else 0.0
 
+    server: dict[str, float] = {}
+    for part in ("embed", "search", "total"):
+        values = np.asarray([r[5][part] for r in records if r[2] == 200 and r[5] and part in r[5]], dtype=np.float64)
+        server[f"{part}_p50"], server[f"{part}_p99"] = pct(values, 50), pct(values, 99)
+
     return StageResult(
         name=name, mode=mode, users=users, offered_rps=float(data["rate"]) or None, duration_s=duration,
         requests=len(records), by_status=dict(sorted(status.items())), retry_after_429=retry_after,
@@ -252,7 +262,8 @@ def summarize(name: str, data: dict[str, Any], *, rss_before: int, rss_peak: int
         max_ms=round(float(latency.max()), 1) if latency.size else 0.0, peak_in_flight=peak,
         lag_p99_ms=pct(np.asarray([r[4] for r in records]) * 1000, 99),
         rss_before_mib=round(rss_before / MIB, 1), rss_peak_mib=round(rss_peak / MIB, 1),
-        hwm_mib=round(hwm / MIB, 1), locust_cpu_warning=cpu_warning,
+        hwm_mib=round(hwm / MIB, 1), locust_cpu_warning=cpu_warning, load_average=round(load_average, 1),
+        server_ms=server,
     )
 
 
@@ -262,7 +273,8 @@ def stage(api: ServeProcess, work: Path, name: str, *, users: int, rate: float, 
     with RssSampler(api.pid) as rss:
         data, log = locust(api, work, name, users=users, rate=rate, duration_s=duration_s, query_file=query_file)
     return summarize(name, data, rss_before=before, rss_peak=rss.peak, hwm=peak_rss_bytes(api.pid),
-                     cpu_warning="CPU usage" in log, users=users, mode="open" if rate > 0 else "closed")
+                     cpu_warning="CPU usage" in log, users=users, mode="open" if rate > 0 else "closed",
+                     load_average=os.getloadavg()[0])
 
 
 # --- the whole run ---------------------------------------------------------------------------------------
@@ -280,7 +292,8 @@ def run(plan: LoadPlan, embed_url: str, work: Path, *, rate: float | None = None
     query_file.write_text(json.dumps(queries()))
     docs = corpus(plan.docs, plan.max_chars)
     with ragserve_serve(work / "data", embed_url, plan.server_env, with_worker=False) as api:
-        say(f"ragserve serve pid {api.pid} at {api.url}; indexing {len(docs)} SciFact documents")
+        say(f"ragserve serve pid {api.pid} at {api.url}; indexing {len(docs)} SciFact documents "
+            f"(load average {os.getloadavg()[0]:.1f})")
         started = time.monotonic()
         points = fill(api, docs)
         index_s = time.monotonic() - started
@@ -342,14 +355,14 @@ def problems(result: LoadResult, plan: LoadPlan) -> list[str]:
 
 def table(result: LoadResult) -> str:
     head = ("| stage | users | offered/s | 200/s | p50 ms | p99 ms | p99 all ms | answers by status | "
-            "429 with Retry-After | in flight | peak RSS MiB |")
+            "429 with Retry-After | in flight | peak RSS MiB | load avg |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for s in result.stages:
         offered = f"{s.offered_rps:.1f}" if s.offered_rps else "closed"
         statuses = ", ".join(f"{k}: {v}" for k, v in s.by_status.items())
         lines.append(f"| {s.name} | {s.users} | {offered} | {s.ok_rps} | {s.p50_ms:.0f} | {s.p99_ms:.0f} | "
                      f"{s.p99_all_ms:.0f} | {statuses} | {s.retry_after_429} | {s.peak_in_flight} | "
-                     f"{s.rss_peak_mib:.0f} |")
+                     f"{s.rss_peak_mib:.0f} | {s.load_average} |")
     return "\n".join(lines)
 
 
