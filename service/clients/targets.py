@@ -59,21 +59,28 @@ def split_entries(value: str | Sequence[str]) -> list[str]:
     return [e.strip() for e in entries if e.strip()]
 
 
+def _shown(entry: str) -> str:
+    """The entry as an error may echo it: without any ``user:password@`` (a setting may carry a secret)."""
+    scheme, sep, rest = entry.partition("://")
+    return f"{scheme}{sep}***@{rest.rpartition('@')[2]}" if "@" in rest.split("/")[0] else entry
+
+
 def parse_target(entry: str) -> Target:
     parts = urlsplit(entry)
+    shown = _shown(entry)
     scheme = parts.scheme.lower()
     resolve = scheme.startswith(DNS_PREFIX)
     scheme = scheme.removeprefix(DNS_PREFIX)
     if scheme not in SCHEMES:
-        raise ValueError(f"runner URL {entry!r}: the scheme must be http, https, dns+http or dns+https")
+        raise ValueError(f"runner URL {shown!r}: the scheme must be http, https, dns+http or dns+https")
     if not parts.hostname:
-        raise ValueError(f"runner URL {entry!r} has no host")
+        raise ValueError(f"runner URL {shown!r} has no host")
     if parts.path.strip("/") or parts.query or parts.fragment or parts.username:
-        raise ValueError(f"runner URL {entry!r}: only scheme, host and port (a runner's base URL)")
+        raise ValueError(f"runner URL {shown!r}: only scheme, host and port (a runner's base URL)")
     try:
         port = parts.port or DEFAULT_PORTS[scheme]
     except ValueError as exc:
-        raise ValueError(f"runner URL {entry!r}: {exc}") from exc
+        raise ValueError(f"runner URL {shown!r}: {exc}") from exc
     return Target(scheme, parts.hostname, port, resolve)
 
 

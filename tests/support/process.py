@@ -34,8 +34,8 @@ class ServeProcess:
 
 @contextmanager
 def ragserve_serve(data_dir: Path, embed_url: str, env: Mapping[str, str] | None = None,
-                   timeout_s: float = 120.0) -> Iterator[ServeProcess]:
-    """Start ``python -m service.cli serve --with-worker`` (the minilm profile, the embedded store under
+                   timeout_s: float = 120.0, *, with_worker: bool = True) -> Iterator[ServeProcess]:
+    """Start ``python -m service.cli serve [--with-worker]`` (the minilm profile, the embedded store under
     ``data_dir``), wait for ``/health``, stop it with SIGTERM on exit (SIGKILL after 20 s)."""
     port = free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -47,7 +47,8 @@ def ragserve_serve(data_dir: Path, embed_url: str, env: Mapping[str, str] | None
         "RAGSERVE_HOST": "127.0.0.1", "RAGSERVE_PORT": str(port), **(env or {}),
     }
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--with-worker"], cwd=ROOT,
+        command = [sys.executable, "-m", "service.cli", "serve", *(["--with-worker"] if with_worker else [])]
+        proc = subprocess.Popen(command, cwd=ROOT,
                                 env=full_env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -43,3 +43,9 @@ def test_bad_entries_are_refused(value: str, why: str) -> None:
 
 def test_canonical_form_is_comma_separated() -> None:
     assert canonical('["http://a:1", "dns+http://b:2"]') == "http://a:1,dns+http://b:2"
+
+
+def test_a_refused_entry_never_echoes_credentials() -> None:
+    with pytest.raises(ValueError) as refused:
+        parse_targets("http://admin:hunter2@runner:8101")
+    assert "hunter2" not in str(refused.value) and "***@runner:8101" in str(refused.value)
