@@ -313,13 +313,13 @@ def run(plan: LoadPlan, embed_url: str, work: Path, *, rate: float | None = None
 
         if rate is None:
             calibrated = go("calibrate", 0, plan.calibrate_s)
-            rate = max(1.0, round(calibrated.ok_rps * plan.sustain_share, 1))
+            rate = max(0.1, round(calibrated.ok_rps * plan.sustain_share, 2))
         for attempt in range(plan.attempts):
             held = go("sustained", rate, plan.stage_s)
             if held.p99_ms < plan.p99_target_s * 1000 and held.error_rate == 0:
                 break
             if attempt + 1 < plan.attempts:
-                rate = max(1.0, round(rate * 0.75, 1))
+                rate = max(0.1, round(rate * 0.75, 2))
         overload = rate * plan.overload_factor
         for _ in range(1 + plan.escalations):
             if go("overload", overload, plan.stage_s).by_status.get("429"):
