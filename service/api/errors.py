@@ -21,6 +21,8 @@ log = logging.getLogger("ragserve.api")
 STATUS_TYPES = {400: "invalid_request", 401: "authentication_error", 404: "not_found", 405: "invalid_request",
                 413: "invalid_request", 415: "invalid_request", 422: "invalid_request", 429: "overloaded",
                 507: "insufficient_storage"}
+HTTP_CODES = {404: "route_not_found", 405: "method_not_allowed"}
+"""The envelope's code for the framework's own refusals: a path or a method no route has."""
 
 
 def error_response(
@@ -82,7 +84,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     if isinstance(exc, BodyError):
         return error_response(exc.status_code, "invalid_request", exc.code, str(exc.detail))
-    code = {404: "route_not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    code = HTTP_CODES.get(exc.status_code, "http_error")
     return error_response(
         exc.status_code, STATUS_TYPES.get(exc.status_code, "error"), code, str(exc.detail),
         headers=dict(exc.headers or {}),

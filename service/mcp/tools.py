@@ -7,6 +7,9 @@ tool error whose text starts with ragserve's error code, e.g. ``collection_not_f
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -75,8 +78,27 @@ def _tool_error(exc: RagserveError) -> ToolError:
     return ToolError(f"{exc.code}: {exc.message}{where}")
 
 
+@contextmanager
+def _root_logging_kept() -> Iterator[None]:
+    """Undo what ``MCPServer()`` does to logging: it calls ``logging.basicConfig`` (a rich handler at INFO on
+    the root logger), which takes effect wherever the root has no handler yet, as in ``ragserve demo`` or a
+    program that embeds the app; every INFO line of every library (httpx's "HTTP Request: ...", the
+    worker's) then reached the terminal. ragserve's processes configure logging themselves
+    (:mod:`service.observability.logs`)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
+
+
 def build_server() -> MCPServer:
-    server: MCPServer = MCPServer("ragserve", version=__version__, instructions=INSTRUCTIONS)
+    with _root_logging_kept():
+        server: MCPServer = MCPServer("ragserve", version=__version__, instructions=INSTRUCTIONS)
 
     @server.tool(description="Search a ragserve collection: the passages that best answer the query, ranked, "
                              "with their text, scores, metadata and location in the document.")

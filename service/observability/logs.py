@@ -17,6 +17,10 @@ from service.observability.context import current
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
 _OURS = {"request_id", "key_id", "trace_id", "span_id"}
+QUIET_LIBRARIES = ("httpx", "mcp.server.streamable_http_manager")
+"""Loggers whose INFO lines tell an operator nothing: httpx logs every call to a runner ("HTTP Request:
+POST .../v1/embeddings 200", which ragserve's access line and stage timings already say), the MCP SDK its
+session manager starting and stopping. Below DEBUG they log warnings and errors only."""
 
 
 class ContextFilter(logging.Filter):
@@ -66,6 +70,9 @@ def configure_logging(fmt: Literal["text", "json"] = "text", level: str = "INFO"
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    quiet = logging.NOTSET if root.level <= logging.DEBUG else logging.WARNING
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(quiet)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):  # theirs propagate to ours
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True

@@ -15,8 +15,9 @@ Python thread, the event loop included. Hence:
 - each call is kept short: upserts go in slices of ``write_batch`` points (a few milliseconds each), so
   other requests and heartbeats run between slices;
 - one writer at a time per shard (an ``asyncio.Lock``), readers never wait for writers;
-- ``optimize()`` (the HNSW build, seconds to minutes with the GIL held) never runs in a serving process:
-  ``ragserve optimize`` runs it in its own process, and refuses while the store is open elsewhere.
+- ``optimize()`` (the HNSW build or the int8 quantization, seconds to minutes with the GIL held) never runs in
+  a serving process: ``ragserve optimize [--int8]`` runs it in its own process, and refuses while the store is
+  open elsewhere.
 
 Durability: the engine writes a WAL before it acknowledges an update, and replays it on load, so an
 acknowledged write survives a SIGKILL; :meth:`EdgeStore.flush` (job end, shutdown) persists segments.
@@ -111,7 +112,8 @@ class EdgeStore(VectorStore):
     backend = "edge"
 
     def __init__(self, root: Path, *, max_concurrency: int = 8, timeout_s: float = 10.0, threads: int = 2,
-                 write_batch: int = 128, hnsw_ef: int = 256, min_free_bytes: int = 64 << 20) -> None:
+                 write_batch: int = 128, hnsw_ef: int = 256, int8_oversampling: float = 2.0,
+                 min_free_bytes: int = 64 << 20) -> None:
         """Use :meth:`open` (it takes the folder's lock and loads every collection)."""
         self.root = root
         self._min_free = min_free_bytes
@@ -120,6 +122,10 @@ class EdgeStore(VectorStore):
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="qdrant-edge")
         self._write_batch = write_batch
         self._params = qe.SearchParams(hnsw_ef=hnsw_ef)
+        # A collection quantized by ``ragserve optimize --int8``: without oversampling, rescoring only re-orders
+        # the int8 top-k (recall@10 0.94 at 100k x 1024); with 2, the float vectors rescore twice as many.
+        self._int8_params = qe.SearchParams(
+            hnsw_ef=hnsw_ef, quantization=qe.QuantizationSearchParams(rescore=True, oversampling=int8_oversampling))
         self._sparse_params = _idf_params(None)
         self._collections: dict[str, _Collection] = {}
         self._create_lock = asyncio.Lock()
@@ -195,18 +201,7 @@ class EdgeStore(VectorStore):
     def check_space(self, need_bytes: int) -> None:
         """:class:`StoreFull` unless the data disk has ``min_free_bytes`` + ``need_bytes`` free (see the module
         docstring: a write that finds the disk full would kill the process)."""
-        try:
-            st = os.statvfs(self.root)
-        except OSError as exc:
-            raise StoreError(f"the embedded store's folder cannot be read: {exc.strerror}") from exc
-        free = st.f_bavail * st.f_frsize
-        if free < self._min_free + need_bytes:
-            raise StoreFull(
-                f"the data disk is full: {free / 2**20:.1f} MiB free, and this write needs "
-                f"{need_bytes / 2**20:.1f} MiB above the {self._min_free / 2**20:.0f} MiB the embedded store keeps "
-                "in reserve (RAGSERVE_QDRANT__EDGE_MIN_FREE_MB). Nothing was written; searches go on, and writes "
-                "work again once space is freed"
-            )
+        check_free_space(self.root, self._min_free, need_bytes)
 
     def _get(self, name: str) -> _Collection:
         coll = self._collections.get(name)
@@ -323,7 +318,8 @@ class EdgeStore(VectorStore):
         coll = self._get(name)
         flt = to_edge(query_filter) if query_filter is not None else None
         sparse_params = self._sparse_params if idf_corpus is None else _idf_params(idf_corpus)
-        request = self._request(dense, sparse, limit, flt, fusion, sparse_params)
+        dense_params = self._int8_params if coll.info.quantization == INT8 else self._params
+        request = self._request(dense, sparse, limit, flt, fusion, dense_params, sparse_params)
         points = await self._run(name, lambda: coll.shard.query(request))
         return [Hit.from_payload(p.id, p.score, p.payload) for p in points]
 
@@ -335,8 +331,10 @@ class EdgeStore(VectorStore):
             await self._run(name, lambda: _tenant_index(coll.shard, field))
             coll.tenant_fields.add(field)
 
-    def _request(self, dense: Sequence[float] | None, sparse: SparseVector | None, limit: int,
-                 flt: qe.Filter | None, fusion: Fusion | None, sparse_params: qe.SearchParams) -> qe.QueryRequest:
+    @staticmethod
+    def _request(dense: Sequence[float] | None, sparse: SparseVector | None, limit: int, flt: qe.Filter | None,
+                 fusion: Fusion | None, dense_params: qe.SearchParams,
+                 sparse_params: qe.SearchParams) -> qe.QueryRequest:
         dense_q = qe.Query.Nearest(list(dense), using=DENSE) if dense is not None else None
         sparse_q = (qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE)
                     if sparse is not None else None)
@@ -347,14 +345,14 @@ class EdgeStore(VectorStore):
                      else qe.Fusion.Rrf(k=fusion.rrf_k, weights=[fusion.dense_weight, fusion.sparse_weight]))
             return qe.QueryRequest(
                 limit=limit, query=fused, filter=flt, with_payload=True,
-                prefetches=[qe.Prefetch(limit=depth, query=dense_q, filter=flt, params=self._params),
+                prefetches=[qe.Prefetch(limit=depth, query=dense_q, filter=flt, params=dense_params),
                             qe.Prefetch(limit=depth, query=sparse_q, filter=flt, params=sparse_params)],
             )
         query = dense_q or sparse_q
         if query is None:
             raise ValueError("a dense or a sparse query vector is needed")
         return qe.QueryRequest(limit=limit, query=query, filter=flt, with_payload=True,
-                               params=self._params if dense_q is not None else sparse_params)
+                               params=dense_params if dense_q is not None else sparse_params)
 
     async def count(self, name: str, where: Filter | None = None) -> int:
         coll = self._get(name)
@@ -427,11 +425,19 @@ def _tenant_index(shard: qe.EdgeShard, field: str) -> None:
         shard.update(qe.UpdateOperation.create_field_index(TENANT, FIELD_TYPES["keyword"]))
 
 
-def _config(dimensions: int, sparse: bool, optimizers: qe.EdgeOptimizersConfig | None = None) -> qe.EdgeConfig:
+def _config(dimensions: int, sparse: bool, optimizers: qe.EdgeOptimizersConfig | None = None, *,
+            int8: bool = False) -> qe.EdgeConfig:
+    """The shard's config. On a load, what is left ``None`` keeps what the shard has stored (so a collection once
+    set to int8 stays int8); ``int8`` sets scalar quantization, its int8 copy kept in RAM, with ``m=0``: no HNSW
+    graph, so ``optimize`` builds only the quantized copy and a dense search is a full scan over it, rescored with
+    the float vectors (the variant measured in docs/store-benchmark.md)."""
     return qe.EdgeConfig(
         vectors={DENSE: qe.EdgeVectorParams(size=dimensions, distance=qe.Distance.Cosine)},
         sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)} if sparse else None,
         optimizers=optimizers,
+        hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000) if int8 else None,
+        quantization_config=(qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, memory=qe.Memory.Pinned)
+                             if int8 else None),
     )
 
 
@@ -445,6 +451,22 @@ def _upsert(shard: qe.EdgeShard, name: str, chunks: Sequence[Chunk], vectors: Se
         points.append(qe.Point(c.id_in(name), vector, c.payload()))
     shard.update(qe.UpdateOperation.upsert_points(points))
 
+
+
+def check_free_space(root: Path, min_free: int, need_bytes: int) -> None:
+    """:class:`StoreFull` unless the disk holding ``root`` has ``min_free`` + ``need_bytes`` bytes free."""
+    try:
+        st = os.statvfs(root)
+    except OSError as exc:
+        raise StoreError(f"the embedded store's folder cannot be read: {exc.strerror}") from exc
+    free = st.f_bavail * st.f_frsize
+    if free < min_free + need_bytes:
+        raise StoreFull(
+            f"the data disk is full: {free / 2**20:.1f} MiB free, and this write needs "
+            f"{need_bytes / 2**20:.1f} MiB above the {min_free / 2**20:.0f} MiB the embedded store keeps "
+            "in reserve (RAGSERVE_QDRANT__EDGE_MIN_FREE_MB). Nothing was written; searches go on, and writes "
+            "work again once space is freed"
+        )
 
 NEW_SHARD_BYTES = 64 << 20
 """What a new shard takes on disk (measured on tmpfs: 7.2 MB at once, then its first load writes out its WAL's
@@ -569,9 +591,32 @@ def probe_store(root: Path) -> None:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def optimize_collection(root: Path, name: str, *, progress: Callable[[str], None] = print) -> dict[str, Any]:
-    """Build HNSW for one collection, in this process, with the store's lock held (never while serving:
-    the engine holds the GIL throughout the build)."""
+INT8 = "int8"
+"""``CollectionInfo.quantization`` (and ``collection.json``'s ``quantization``) of a collection that
+``ragserve optimize --int8`` quantized."""
+
+INDEXING_THRESHOLD_KB = 1
+"""The engine's indexing threshold as ``optimize_collection`` sets it: a segment is indexed (HNSW) or quantized
+(int8) only above 1 KB of vectors, so every segment of any real size is, at once (there is no background optimizer
+to act on the stored setting later; the engine's default, 10,000 KB, would leave 5,000 x 384 as it is)."""
+
+HNSW_FLOATS_PER_S = 2400 * 384
+"""The HNSW build, measured on 2 cores: about 2,400 points/s at 384 dims (40k in 16.5 s), slower in proportion
+to the dimensions."""
+
+INT8_FLOATS_PER_S = 7.5e6
+"""The int8 quantization (no graph), measured on 2 busy cores (docs/store-benchmark.md): 13.4 s at 100k x 1024,
+1.0 s at 10k x 1024."""
+
+
+def optimize_collection(root: Path, name: str, *, int8: bool = False,
+                        progress: Callable[[str], None] = print) -> dict[str, Any]:
+    """Optimize one collection, in this process, with the store's lock held (never while serving: the engine
+    holds the GIL throughout): build its HNSW graph, or with ``int8`` (or once the collection is int8) quantize
+    its dense vectors to int8 for full scans, record that in ``collection.json``, and from then on the store's
+    dense searches on it oversample and rescore. The engine cannot drop a quantization once set, so a collection
+    stays int8; segments built before converge to the config (an HNSW collection switched to int8 loses its
+    graph). Points written afterwards go to an appendable segment, searched exactly until the next optimize."""
     import time
 
     lock = lock_store(root)
@@ -580,23 +625,60 @@ def optimize_collection(root: Path, name: str, *, progress: Callable[[str], None
         if not (folder / "collection.json").is_file():
             raise CollectionNotFound(name)
         meta = json.loads((folder / "collection.json").read_text())
-        # indexing_threshold 1 KB: index every segment now, whatever its size (there is no background
-        # optimizer to act on the stored setting later)
-        every_segment = qe.EdgeOptimizersConfig(indexing_threshold=1)
-        config = _config(int(meta["dimensions"]), bool(meta.get("sparse")), every_segment)
-        shard = qe.EdgeShard.load(str(folder / "shard"), config)
-        points = shard.info().points_count
-        # Measured on 2 cores: about 2,400 points/s at 384 dims (40k in 16.5 s), slower in proportion to size.
-        estimate = points / (2400 * 384 / max(int(meta["dimensions"]), 1))
-        progress(f"optimizing {name!r}: {points} points, {meta['dimensions']} dims; about {estimate:.0f}s "
-                 "(the store must stay closed meanwhile)")
-        started = time.perf_counter()
-        changed = shard.optimize()
-        shard.flush()
-        info = shard.info()
-        shard.close()
-        took = time.perf_counter() - started
-        progress(f"done in {took:.1f}s: {info.segments_count} segment(s), {info.indexed_vectors_count} vectors indexed")
-        return {"points": points, "seconds": took, "changed": changed, "indexed": info.indexed_vectors_count}
+        dims, has_sparse = int(meta["dimensions"]), bool(meta.get("sparse"))
+        if meta.get("quantization") == INT8 and not int8:
+            int8 = True
+            progress(f"{name!r} is int8-quantized (`ragserve optimize {name} --int8`, in its collection.json), and "
+                     "stays so: the engine cannot remove a quantization, and an HNSW graph over int8 vectors was "
+                     "never measured here. For HNSW without int8, index into a new collection.")
+        if int8 and meta.get("quantization") != INT8:
+            # Recorded before the shard's config changes: a collection.json that says int8 over a shard not yet
+            # quantized only oversamples exact searches (harmless); the other way round would lose recall.
+            meta["quantization"] = INT8
+            _write_json(folder / "collection.json", meta)
+        every_segment = qe.EdgeOptimizersConfig(indexing_threshold=INDEXING_THRESHOLD_KB)
+        shard = qe.EdgeShard.load(str(folder / "shard"), _config(dims, has_sparse, every_segment, int8=int8))
+        try:
+            points = shard.info().points_count
+            what = "int8 scalar quantization, a full scan without a graph" if int8 else "HNSW graph"
+            estimate = points * dims / (INT8_FLOATS_PER_S if int8 else HNSW_FLOATS_PER_S)
+            progress(f"optimizing {name!r} ({what}): {points} points, {dims} dims; about {max(1, round(estimate))}s "
+                     "(the store must stay closed meanwhile)")
+            started = time.perf_counter()
+            changed = shard.optimize()
+            shard.flush()
+            took = time.perf_counter() - started
+            info = shard.info()
+            points = info.points_count
+            dense = _dense_indexed(shard, info.indexed_vectors_count, points, has_sparse)
+        finally:
+            shard.close()
+        done = "int8-quantized" if int8 else "in HNSW segments"
+        if changed:
+            line = f"done in {took:.1f}s: {dense} of {points} points' dense vectors are {done} " \
+                   f"({info.segments_count} segment(s))"
+            if points > dense:
+                line += f"; {points - dense} below the indexing threshold are searched exactly"
+        elif points == 0:
+            line = f"nothing to build: {name!r} is empty"
+        elif dense >= points:
+            line = f"nothing to do: all {points} points' dense vectors are already {done}"
+        else:
+            line = (f"nothing built: the engine indexes a segment only above {INDEXING_THRESHOLD_KB} KB of "
+                    f"vectors, and the {points - dense} point(s) not yet indexed are below it; searches over "
+                    "them stay exact")
+        if int8:
+            line += "; dense searches oversample by RAGSERVE_QDRANT__INT8_OVERSAMPLING (default 2) and rescore"
+        progress(line)
+        return {"mode": INT8 if int8 else "hnsw", "points": points, "seconds": took, "changed": changed,
+                "indexed": dense, "segments": info.segments_count}
     finally:
         lock.close()
+
+
+def _dense_indexed(shard: qe.EdgeShard, indexed_vectors: int, points: int, has_sparse: bool) -> int:
+    """Dense vectors in indexed (HNSW or int8) segments: the engine's ``indexed_vectors_count`` also counts every
+    sparse vector (their inverted index exists in every segment, the appendable one included)."""
+    sparse = shard.count(qe.CountRequest(exact=True, filter=qe.Filter(must=[qe.HasVectorCondition(SPARSE)]))) \
+        if has_sparse else 0
+    return max(0, min(points, indexed_vectors - int(sparse)))

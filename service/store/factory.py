@@ -7,6 +7,7 @@ from qdrant_client import AsyncQdrantClient
 from service.config import Settings
 from service.store.base import VectorStore
 from service.store.edge import EdgeStore
+from service.store.process import ProcessStore
 from service.store.server import ServerStore, open_client
 
 
@@ -22,7 +23,9 @@ async def open_store(settings: Settings, *, client: AsyncQdrantClient | None = N
             topology={"shard_number": q.shard_number, "replication_factor": q.replication_factor,
                       "write_consistency_factor": q.write_consistency_factor},
         )
-    return await EdgeStore.open(
+    opener = ProcessStore.open if q.edge_process else EdgeStore.open
+    return await opener(
         settings.qdrant_path, max_concurrency=q.max_concurrency, timeout_s=q.timeout_s, threads=q.edge_threads,
-        write_batch=q.edge_write_batch, hnsw_ef=q.hnsw_ef, min_free_bytes=q.edge_min_free_mb << 20,
+        write_batch=q.edge_write_batch, hnsw_ef=q.hnsw_ef, int8_oversampling=q.int8_oversampling,
+        min_free_bytes=q.edge_min_free_mb << 20,
     )

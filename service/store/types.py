@@ -102,6 +102,9 @@ class CollectionInfo:
     """BM25 analysis settings when the collection stores sparse vectors."""
     sparse_stats: SparseStats | None = None
     """Length statistics of the documents written so far (service.sparse.normalisation keeps them)."""
+    quantization: str | None = None
+    """``"int8"`` once ``ragserve optimize --int8`` quantized the dense vectors (embedded store only): its dense
+    searches then oversample and rescore (``RAGSERVE_QDRANT__INT8_OVERSAMPLING``)."""
 
     def metadata(self) -> dict[str, Any]:
         """What is stored beside the collection (the engine keeps dimensions itself)."""
@@ -109,6 +112,8 @@ class CollectionInfo:
         if self.sparse is not None:
             meta["sparse"] = self.sparse.model_dump()
             meta["sparse_stats"] = (self.sparse_stats or SparseStats()).model_dump()
+        if self.quantization is not None:
+            meta["quantization"] = self.quantization
         return meta
 
     @classmethod
@@ -120,6 +125,7 @@ class CollectionInfo:
             name=name, dimensions=dimensions, points=points, model=meta.get("model"),
             filter_fields=dict(meta.get("filter_fields") or {}), sparse=sparse,
             sparse_stats=SparseStats(**meta["sparse_stats"]) if meta.get("sparse_stats") else None,
+            quantization=meta.get("quantization"),
         )
 
 

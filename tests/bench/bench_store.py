@@ -21,10 +21,10 @@ Rows:
 - numpy: float32 matrix @ query, argpartition; sparse and hybrid with scipy (Qdrant's IDF formula and weighted
   RRF), the references for the sparse and hybrid agreement columns.
 - edge: ``EdgeStore`` as shipped: plain index, exact search.
-- edge int8: the same shard configured with int8 scalar quantization and ``HnswIndexConfig(m=0)`` (no graph: a
-  full scan over the int8 copy, rescored with the float vectors), quantized by
-  ``service.store.edge.optimize_collection`` (``ragserve optimize``); quantization is never applied to the
-  appendable segment that ``upsert`` writes, so the row "before optimize" shows what it gives without it.
+- edge int8: an edge folder built the same way, then ``service.store.edge.optimize_collection(int8=True)``
+  (``ragserve optimize --int8``: int8 scalar quantization with ``HnswIndexConfig(m=0)``, no graph, so a full scan
+  over the int8 copy, rescored with the float vectors), searched through ``EdgeStore.open(int8_oversampling=N)``
+  (``RAGSERVE_QDRANT__INT8_OVERSAMPLING``) with 2 (the default) and 1.
 - edge hnsw: the edge folder after ``optimize_collection`` (the production path: ``ragserve optimize``), searched
   with ``hnsw_ef`` 64 / 128 / 256 / 512.
 - local: ``ServerStore`` on qdrant-client's local mode (pure Python, exhaustive); above 20,000 points it answers
@@ -173,12 +173,13 @@ def save_data(folder: Path, name: str, x: np.ndarray, q: np.ndarray, docs_sparse
     (folder / "meta.json").write_text(json.dumps(meta, indent=2))
 
 
-def bm25_weights(tf: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """ragserve's document weights (service/sparse/bm25.py) with its default settings."""
+def bm25_weights(tf: np.ndarray, length: np.ndarray, avg_len: float) -> np.ndarray:
+    """ragserve's document weights (service/sparse/bm25.py) with its default settings; ``avg_len`` is what a
+    collection created without one estimates from its documents (service/sparse/normalisation.py)."""
     from service.sparse.config import SparseConfig
 
     cfg = SparseConfig()
-    norm = cfg.k1 * (1 - cfg.b + cfg.b * length / cfg.avg_len)
+    norm = cfg.k1 * (1 - cfg.b + cfg.b * length / (cfg.avg_len or avg_len))
     return (tf * (cfg.k1 + 1) / (tf + norm)).astype(np.float32)
 
 
@@ -200,7 +201,7 @@ def zipf_sparse(rng: np.random.Generator, labels: np.ndarray, topics: np.ndarray
     ptr = np.zeros(rows + 1, np.int64)
     np.cumsum(np.bincount(doc, minlength=rows), out=ptr[1:])
     values = (np.ones(len(term), np.float32) if query
-              else bm25_weights(tf.astype(np.float32), lengths[doc].astype(np.float32)))
+              else bm25_weights(tf.astype(np.float32), lengths[doc].astype(np.float32), float(lengths.mean())))
     return ptr, term + 1, values  # term ids from 1
 
 
@@ -281,7 +282,9 @@ def make_scifact(folder: Path, root: Path) -> dict[str, Any]:
     docs_v, queries_v = scifact_vectors(root)
     encoder = Bm25Encoder(SparseConfig())
     texts = [f"{d.get('title', '')} {d['text']}".strip() for d in corpus]
-    docs_sp = csr_of([encoder.encode_document(t) for t in texts])
+    tfs = [encoder.frequencies(t) for t in texts]  # avg_len as a collection without one estimates it
+    avg_len = max(sum(sum(tf.values()) for tf in tfs) / len(tfs), 1.0)
+    docs_sp = csr_of([encoder.weights(tf, avg_len) for tf in tfs])
     queries_sp = csr_of([encoder.encode_query(q["text"]) for q in queries])
     save_data(folder, "scifact", docs_v, queries_v, docs_sp, queries_sp, texts, {"kind": "scifact"})
     doc_ids = [d["_id"] for d in corpus]
@@ -393,28 +396,8 @@ async def open_store(backend: str, folder: Path, *, hnsw_ef: int = 256, oversamp
 
     from service.store.edge import EdgeStore
 
-    store = await EdgeStore.open(folder, timeout_s=3600, hnsw_ef=hnsw_ef)
-    if oversampling is not None:
-        # No EdgeStore knob for this yet (reported): without oversampling, int8 rescoring only re-orders the
-        # int8 top-k and recall stays where the quantized ranking left it.
-        store._params = quantized_params(oversampling, hnsw_ef)
-    return store
-
-
-def configure_int8(store_folder: Path, dim: int) -> None:
-    """Rewrite the collection's shard config (vectors unchanged): int8 scalar quantization kept in RAM, and
-    ``m=0`` so that ``optimize`` builds no HNSW graph, only the quantized copy (searched by a full scan)."""
-    import qdrant_edge as qe
-
-    from service.store.types import DENSE, SPARSE
-
-    shard = qe.EdgeShard.load(str(store_folder / "collections" / COLLECTION / "shard"), qe.EdgeConfig(
-        vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
-        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-        hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000),
-        quantization_config=qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, memory=qe.Memory.Pinned),
-    ))
-    shard.close()
+    # int8_oversampling applies only to a collection that optimize_collection(int8=True) quantized
+    return await EdgeStore.open(folder, timeout_s=3600, hnsw_ef=hnsw_ef, int8_oversampling=oversampling or 2.0)
 
 
 async def run_queries(store: Any, data: Data, mode: str, nq: int, fusion: Any,
@@ -458,10 +441,6 @@ async def build_task(spec: dict[str, Any]) -> dict[str, Any]:
     base = rss_mb()
     store = await open_store(backend, folder)
     await store.create_collection(COLLECTION, dimensions=data.dim, model="bench", sparse=SparseConfig())
-    if backend == "edge-int8":
-        await store.aclose()
-        configure_int8(folder, data.dim)
-        store = await open_store(backend, folder)
     upsert_s = upsert_cpu_s = 0.0
     started = time.perf_counter()
     for start in range(0, data.n, BATCH):
@@ -482,19 +461,9 @@ async def build_task(spec: dict[str, Any]) -> dict[str, Any]:
                            "upsert_pts_cpu_s": data.n / upsert_cpu_s,
                            "wall_s": time.perf_counter() - started, "count": await store.count(COLLECTION),
                            "rss_base_mb": base}
-    if backend == "edge-int8":  # quantization on the appendable segment, before any optimize
-        store._params = quantized_params(2.0)
-        out["before_optimize"] = {"dense": await run_queries(store, data, "dense", min(50, len(data.q)), None)}
     out["rss_mb"], out["peak_mb"] = rss_mb(), peak_mb()
     await store.aclose()
     return out
-
-
-def quantized_params(oversampling: float, hnsw_ef: int = 256) -> Any:
-    import qdrant_edge as qe
-
-    return qe.SearchParams(hnsw_ef=hnsw_ef,
-                           quantization=qe.QuantizationSearchParams(rescore=True, oversampling=oversampling))
 
 
 def optimize_task(spec: dict[str, Any]) -> dict[str, Any]:
@@ -504,7 +473,8 @@ def optimize_task(spec: dict[str, Any]) -> dict[str, Any]:
 
     folder = Path(spec["store"])
     c0 = time.process_time()
-    result = optimize_collection(folder, COLLECTION, progress=lambda m: print(f"    {m}", flush=True))
+    result = optimize_collection(folder, COLLECTION, int8=bool(spec.get("int8")),
+                                 progress=lambda m: print(f"    {m}", flush=True))
     cpu_s = time.process_time() - c0
     shard = qe.EdgeShard.load(str(folder / "collections" / COLLECTION / "shard"))
     info = shard.info()
@@ -665,12 +635,11 @@ def run_dataset(ds: Path, args: argparse.Namespace, work: Path) -> dict[str, Any
         shutil.rmtree(folder, ignore_errors=True)
     if "edge-int8" in backends:
         folder = work / f"{meta['name']}-edge-int8"
-        print("  edge-int8: build, optimize (quantize), serve", flush=True)
+        print("  edge-int8: build, optimize --int8 (quantize), serve", flush=True)
         build = run_worker({"task": "build", "backend": "edge-int8", "data": str(ds), "store": str(folder)})
-        row("edge", "int8, before optimize (appendable segment)", None, build["before_optimize"])
-        opt = run_worker({"task": "optimize", "store": str(folder)})
-        settings = [{"label": "oversampling 2", "oversampling": 2.0},
-                    {"label": "oversampling 1 (today's search params)", "oversampling": None}]
+        opt = run_worker({"task": "optimize", "store": str(folder), "int8": True})
+        settings = [{"label": "oversampling 2 (the default)", "oversampling": 2.0},
+                    {"label": "oversampling 1", "oversampling": 1.0}]
         serve = run_worker({"task": "serve", "backend": "edge-int8", "data": str(ds), "store": str(folder),
                             "queries": nq, "settings": settings})
         kind = "int8 full scan" if opt["changed"] else "int8 not built (below the indexing threshold)"

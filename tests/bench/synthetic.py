@@ -12,6 +12,7 @@ shows up as a slow ``/health``; :func:`py_spy` samples a server process with py-
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import signal
@@ -57,6 +58,12 @@ class SyntheticCorpus:
     def vectors_json(self, start: int, end: int) -> list[list[float]]:
         """Rows ``start:end`` as JSON-ready floats with short decimal forms (the values the store receives)."""
         return np.round(self.matrix[start:end].astype(np.float64), 6).tolist()  # type: ignore[no-any-return]
+
+    def vectors_base64(self, start: int, end: int) -> list[str]:
+        """Rows ``start:end`` as base64 little-endian float32 (``vector_base64``), the values ``vectors_json``
+        rounds to."""
+        rows = np.round(self.matrix[start:end].astype(np.float64), 6).astype("<f4")
+        return [base64.b64encode(row.tobytes()).decode() for row in rows]
 
     def queries(self, n: int, seed: int = 11) -> list[str]:
         """Short queries: two topic words of a random cluster plus one or two common words."""
@@ -113,9 +120,9 @@ def prefill_doc_id(i: int) -> str:
 
 
 def prefill(client: httpx.Client, collection: str, corpus: SyntheticCorpus, *, batch: int = 1000,
-            progress: Callable[[str], None] = print) -> dict[str, Any]:
-    """Send every point through ``POST /v1/collections/{collection}/documents`` with its vector, ``batch`` a
-    request, one request at a time. Each body is encoded before its clock starts, so ``docs_per_s`` is the
+            progress: Callable[[str], None] = print, encoding: str = "base64") -> dict[str, Any]:
+    """Send every point through ``POST /v1/collections/{collection}/documents`` with its vector (as
+    ``vector_base64``, or a JSON list with ``encoding="json"``), ``batch`` a request, one request at a time. Each body is encoded before its clock starts, so ``docs_per_s`` is the
     API's rate (request sent to answer read), not this client's JSON encoding; ``wall_s`` includes both."""
     n = len(corpus.texts)
     started = time.perf_counter()
@@ -123,8 +130,10 @@ def prefill(client: httpx.Client, collection: str, corpus: SyntheticCorpus, *, b
     server: dict[str, list[float]] = {}
     for start in range(0, n, batch):
         end = min(start + batch, n)
+        field, vectors = (("vector_base64", corpus.vectors_base64(start, end)) if encoding == "base64"
+                          else ("vector", corpus.vectors_json(start, end)))
         docs = [{"id": prefill_doc_id(i), "text": corpus.texts[i], "metadata": {"cluster": int(corpus.assignment[i])},
-                 "vector": v} for i, v in zip(range(start, end), corpus.vectors_json(start, end), strict=True)]
+                 field: v} for i, v in zip(range(start, end), vectors, strict=True)]
         body = json.dumps({"documents": docs}).encode()
         t = time.perf_counter()
         r = client.post(f"/v1/collections/{collection}/documents", content=body,
@@ -141,7 +150,7 @@ def prefill(client: httpx.Client, collection: str, corpus: SyntheticCorpus, *, b
                      f"{len(body) / 1e6:.1f} MB)")
     wall = time.perf_counter() - started
     return {
-        "points": n, "batch": batch, "requests": len(request_s), "request_s": sum(request_s), "wall_s": wall,
+        "points": n, "batch": batch, "encoding": encoding, "requests": len(request_s), "request_s": sum(request_s), "wall_s": wall,
         "docs_per_s": n / sum(request_s), "docs_per_s_wall": n / wall,
         "request_ms": summarize([s * 1000 for s in request_s]),
         "server_timings_ms": {k: summarize(v) for k, v in server.items()},

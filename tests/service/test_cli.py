@@ -125,3 +125,15 @@ async def test_keys_hash_prints_an_entry_the_keyring_accepts_and_the_key_once() 
 
     refused = _keys_hash("--scope", "admin", "--tenant", "org=acme")
     assert refused.returncode == 1 and "cannot hold 'admin'" in refused.stderr and refused.stdout == ""
+
+
+def test_a_refused_setting_is_named_and_its_value_never_printed(tmp_path: Path) -> None:
+    """A key that fails validation (too short) must not reach the terminal: it may be a real secret."""
+    secret = "hunter2-secret"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGSERVE_")}
+    env.update(RAGSERVE_API_KEYS=secret, RAGSERVE_DATA_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "service.cli", "serve"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("ragserve: invalid settings: api_keys: "), done.stderr
+    assert secret not in done.stdout + done.stderr

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.api.schemas.common import DocumentText, FiniteFloat, Identifier, JsonInt, Metadata, RequestModel, refuse
@@ -69,12 +72,39 @@ class DocumentIn(RequestModel):
         "collection's dimensions.",
     )
 
+    vector_base64: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9+/]*={0,2}$", max_length=1 << 20,
+        description="The same embedding as base64 little-endian float32 (what `encoding_format: base64` returns "
+        "from `/v1/embeddings`): about 5 times less to send and to parse than a JSON list. At most one of "
+        "`vector` and `vector_base64`.",
+    )
+
     @field_validator("vector")
     @classmethod
     def _not_zero(cls, vector: list[float] | None) -> list[float] | None:
         if vector is not None and not any(vector):
             raise refuse("zero_vector", "a vector of zeros has no direction (cosine similarity is undefined)")
         return vector
+
+    @model_validator(mode="after")
+    def _decode(self) -> DocumentIn:
+        if self.vector_base64 is None:
+            return self
+        if self.vector is not None:
+            raise refuse("invalid_vector", "send the embedding once: `vector` or `vector_base64`, not both")
+        try:
+            raw = base64.b64decode(self.vector_base64, validate=True)
+        except binascii.Error as exc:
+            raise refuse("invalid_vector", f"vector_base64 is not base64: {exc}") from exc
+        if not raw or len(raw) % 4:
+            raise refuse("invalid_vector", f"vector_base64 holds {len(raw)} bytes: not a whole number of float32")
+        vector = np.frombuffer(raw, dtype="<f4")
+        if not np.isfinite(vector).all():
+            raise refuse("invalid_vector", "vector_base64 holds a NaN or an infinity")
+        if not vector.any():
+            raise refuse("zero_vector", "a vector of zeros has no direction (cosine similarity is undefined)")
+        self.vector, self.vector_base64 = vector.tolist(), None
+        return self
 
 
 class DocumentsUpsert(RequestModel):

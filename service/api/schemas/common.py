@@ -40,7 +40,7 @@ from service.documents.payload import (
 from service.search.filters import FIELD_RE
 
 ERROR_CODES = frozenset({"control_character", "empty_text", "empty_query", "invalid_metadata", "zero_vector",
-                         "unsupported_language"})
+                         "unsupported_language", "invalid_vector"})
 """Validation error types raised here; each is the error's ``code`` in the envelope."""
 
 

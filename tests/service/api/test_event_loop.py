@@ -1,27 +1,33 @@
-"""The event loop never stalls: a heartbeat task keeps its 10 ms beat (no gap over 100 ms) while a
-20,000-chunk ingest job indexes into the embedded Qdrant Edge store (whose binding holds the GIL for each
-call) and hybrid searches run against the same collection. Real tiny-Qwen3 runner (1024-dim vectors)."""
+"""The event loop never stalls: a heartbeat task keeps its 10 ms beat (no stall over 100 ms) while a
+20,000-chunk ingest job indexes into the embedded Qdrant Edge store (in its own process: its binding holds the
+GIL for each engine call) and hybrid searches run against the same collection. Real tiny-Qwen3 runner (1024-dim vectors).
+
+A stall is what this process does to its own loop: the loop thread blocked (waiting for the GIL that an engine
+call or a garbage collection holds) or busy (work done on the loop). Time the kernel kept the runnable loop thread
+off the CPU because other processes had both cores (the runner computing this very job's embeddings, other test
+sessions) is not: it is read from the thread's ``/proc/self/task/<tid>/schedstat`` (run-queue wait) and taken out
+of each gap (``tests.support.heartbeat``). Both figures are printed with any failure. Measured on a shared machine (load average 10) before the
+fixes: 1,191 ms gaps of which 1,157 ms run-queue wait, and 100-600 ms of garbage collections walking the 220,000
+objects start-up built (now frozen, ``service.api.app.freeze_startup_objects``); after that, engine calls
+holding the GIL: an upsert 361 ms, the job-end flush 477 ms (now in the store's own process,
+``service.store.process``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
+from collections import Counter
 from pathlib import Path
-
-import pytest
 
 from service.config import Settings
 from tests.support.app import app_client, wait_for_job
+from tests.support.heartbeat import Heartbeat
 
 CHUNKS = 20_000
 BEAT_S = 0.01
 MAX_STALL_S = 0.1
 
 
-@pytest.mark.xfail(strict=False, reason="KNOWN FAILURE, open in issue 8: on the full CI run (a shared, loaded "
-                   "machine) the loop stalled 503-1195 ms (worst 5 gaps) during the 20k-chunk job; cause not found "
-                   "yet. Reported XFAIL/XPASS in every run; remove this mark once the stall is fixed")
 async def test_no_stall_while_a_20k_chunk_job_indexes_and_queries_run(qwen3_settings: Settings,
                                                                       tiny_qwen3: Path) -> None:
     qwen3_settings.indexer.poll_s = 0.05
@@ -31,23 +37,15 @@ async def test_no_stall_while_a_20k_chunk_job_indexes_and_queries_run(qwen3_sett
         json.dumps({"_id": f"p{i}", "text": f"passage {i} {words[i % 10]} {words[i // 10 % 10]} {words[i // 100 % 10]}"})
         for i in range(CHUNKS)
     ).encode()
-    gaps: list[float] = []
+    heart = Heartbeat(BEAT_S)
     statuses: list[int] = []
     done = asyncio.Event()
-
-    async def heartbeat() -> None:
-        last = time.perf_counter()
-        while not done.is_set():
-            await asyncio.sleep(BEAT_S)
-            now = time.perf_counter()
-            gaps.append(now - last - BEAT_S)
-            last = now
 
     async with app_client(qwen3_settings, with_worker=True) as client:
         assert (await client.post("/v1/collections", json={"name": "big"})).status_code == 201
         r = await client.post("/v1/collections/big/ingest", files=[("files", ("corpus.jsonl", corpus, "text/plain"))])
         assert r.status_code == 202, r.text
-        beat = asyncio.create_task(heartbeat())
+        beat = asyncio.create_task(heart.run(done))
 
         async def searches() -> None:
             while not done.is_set():
@@ -65,6 +63,6 @@ async def test_no_stall_while_a_20k_chunk_job_indexes_and_queries_run(qwen3_sett
 
     assert job["state"] == "succeeded" and job["counts"]["documents_indexed"] == CHUNKS, job
     assert final.json()["hits"][0]["doc_id"] == "p12345"
-    assert len(gaps) > 100 and len(statuses) > 20 and set(statuses) == {200}
-    worst = sorted(gaps)[-5:]
-    assert max(gaps) < MAX_STALL_S, f"event loop stalled: worst gaps {[round(g * 1000) for g in worst]} ms"
+    assert len(heart.beats) > 100 and len(statuses) > 20
+    assert heart.stalls()[-1][0] < MAX_STALL_S, f"event loop stalled: worst {heart.worst()}"
+    assert set(statuses) == {200}, Counter(statuses)

@@ -84,3 +84,25 @@ def test_ragserve_worker_prints_its_log_lines(tmp_path: Path, minilm_settings: S
         proc.wait(timeout=30)
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+def test_library_chatter_stays_below_the_terminal_unless_debugging(log_stream: io.StringIO) -> None:
+    """httpx's line per runner call and the MCP session manager's start and stop say nothing to an operator;
+    their warnings still come through, and at DEBUG everything does."""
+    httpx_log, mcp_log = logging.getLogger("httpx"), logging.getLogger("mcp.server.streamable_http_manager")
+    httpx_log.info('HTTP Request: POST http://127.0.0.1:8101/v1/embeddings "HTTP/1.1 200 OK"')
+    mcp_log.info("StreamableHTTP session manager started")
+    httpx_log.warning("a warning of theirs")
+    assert [json.loads(line)["message"] for line in log_stream.getvalue().splitlines()] == ["a warning of theirs"]
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    debug = io.StringIO()
+    try:
+        configure_logging("text", "DEBUG", stream=debug)
+        httpx_log.info("HTTP Request: at DEBUG")
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        configure_logging("json", "INFO", stream=log_stream)  # the fixture's levels again
+        root.handlers[:] = saved[0]
+    assert "HTTP Request: at DEBUG" in debug.getvalue()

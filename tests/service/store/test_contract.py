@@ -20,6 +20,7 @@ from service.sparse.config import SparseConfig
 from service.store.base import VectorStore
 from service.store.edge import EdgeStore
 from service.store.errors import CollectionExists, CollectionNotFound
+from service.store.process import ProcessStore
 from service.store.server import ServerStore
 from service.store.types import Chunk, Filter, Fusion, Match, MatchAny, Range, SparseVector, point_id
 
@@ -41,10 +42,12 @@ DOCS = [
 async def open_backend(kind: str, root: Path) -> VectorStore:
     if kind == "edge":
         return await EdgeStore.open(root / "edge", write_batch=16)
+    if kind == "edge-process":  # the same engine behind the process boundary the service uses by default
+        return await ProcessStore.open(root / "edge-process", write_batch=16)
     return ServerStore(AsyncQdrantClient(location=":memory:"))
 
 
-@pytest.fixture(params=["edge", "server"])
+@pytest.fixture(params=["edge", "edge-process", "server"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[VectorStore]:
     s = await open_backend(request.param, tmp_path)
     yield s
@@ -53,7 +56,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 @pytest.fixture
 async def both(tmp_path: Path) -> AsyncIterator[list[VectorStore]]:
-    stores = [await open_backend("edge", tmp_path), await open_backend("server", tmp_path)]
+    stores = [await open_backend(kind, tmp_path) for kind in ("edge", "edge-process", "server")]
     for s in stores:
         await seed(s)
     yield stores
@@ -98,7 +101,13 @@ def bm25_oracle(rows: list[int], query_terms: list[int]) -> dict[str, float]:
     return out
 
 
-def assert_same(a: list[Any], b: list[Any]) -> None:
+def assert_same(*answers: list[Any]) -> None:
+    """Every backend's answer as the first's."""
+    for other in answers[1:]:
+        _assert_same(answers[0], other)
+
+
+def _assert_same(a: list[Any], b: list[Any]) -> None:
     """Same ids in the same order with the same scores; points tied on score may come in either order."""
     assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=TOL)
     for hits in (a, b):

@@ -1,5 +1,5 @@
 """What only the embedded store does: its folder layout, its one-process lock, durability on reopen, and
-the offline HNSW build (``ragserve optimize``)."""
+the offline optimizes (``ragserve optimize``: the HNSW build, or with ``--int8`` the int8 quantization)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ import pytest
 
 from service.config import Settings
 from service.server import preflight
+from service.sparse.config import SparseConfig
 from service.store.edge import EdgeStore, optimize_collection
 from service.store.errors import LegacyStoreLayout, StoreLocked
-from service.store.types import Chunk
+from service.store.types import Chunk, Fusion, SparseVector
 
 LOCAL_MODE_META = {"collections": {"kb": {"vectors": {"dense": {"size": 384, "distance": "Cosine"}}}}, "aliases": {}}
 
@@ -115,8 +116,11 @@ async def test_optimize_builds_hnsw_offline_and_search_keeps_its_answers(tmp_pat
 
     lines: list[str] = []
     result = optimize_collection(tmp_path / "s", "c", progress=lines.append)
-    assert result["points"] == 3000 and result["indexed"] == 3000
-    assert lines[0].startswith("optimizing 'c': 3000 points, 64 dims; about ") and lines[1].startswith("done in ")
+    assert (result["mode"], result["points"], result["indexed"], result["changed"]) == ("hnsw", 3000, 3000, True)
+    assert lines[0].startswith("optimizing 'c' (HNSW graph): 3000 points, 64 dims; about ")
+    assert lines[1].startswith("done in ") and lines[1].endswith(
+        "s: 3000 of 3000 points' dense vectors are in HNSW segments (2 segment(s))")
+    assert "quantization" not in json.loads((tmp_path / "s" / "collections" / "c" / "collection.json").read_text())
 
     store = await EdgeStore.open(tmp_path / "s")
     try:
@@ -125,3 +129,176 @@ async def test_optimize_builds_hnsw_offline_and_search_keeps_its_answers(tmp_pat
         await store.aclose()
     recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact, strict=True)])
     assert recall >= 0.95
+
+    # Switched to int8 afterwards: the engine rebuilds the HNSW segment to the new config (m=0, quantized).
+    lines.clear()
+    result = optimize_collection(tmp_path / "s", "c", int8=True, progress=lines.append)
+    assert (result["mode"], result["indexed"], result["changed"]) == ("int8", 3000, True)
+    assert "3000 of 3000 points' dense vectors are int8-quantized" in lines[1]
+    store = await EdgeStore.open(tmp_path / "s")
+    try:
+        int8_ids = [[h.doc_id for h in await store.query("c", dense=q.tolist(), limit=10)] for q in queries]
+    finally:
+        await store.aclose()
+    assert np.mean([len(set(a) & set(e)) / 10 for a, e in zip(int8_ids, exact, strict=True)]) >= 0.99
+
+
+# --- int8 scalar quantization (``ragserve optimize --int8``) ------------------------------------------------------
+
+DIM = 384
+N_INT8 = 4000
+PRODUCTION_FUSION = Fusion("rrf", prefetch_limit=100, rrf_k=2, dense_weight=1.0, sparse_weight=1.5)
+
+
+def clustered(rng: np.random.Generator, centres: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Points around the centres with as much noise again, normalised (docs/store-benchmark.md's synthetic data):
+    100 clusters of a few dozen points, close enough that int8 alone misorders neighbours."""
+    labels = rng.integers(0, len(centres), size=n)
+    x = centres[labels] + rng.normal(size=(n, centres.shape[1]))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32), labels
+
+
+def topic_sparse(rng: np.random.Generator, label: int) -> SparseVector:
+    """Two of the cluster's four topic terms and five from a shared vocabulary, with weights that leave no two
+    documents tied on a query (tied points may come in any order, and the optimize rebuilds the segment)."""
+    terms = sorted({1 + 4 * label + int(j) for j in rng.choice(4, size=2, replace=False)}
+                   | {int(t) for t in rng.integers(401, 2000, size=5)})
+    return SparseVector(terms, rng.uniform(0.5, 2.0, size=len(terms)).tolist())
+
+
+def topic_query(label: int) -> SparseVector:
+    return SparseVector([1 + 4 * label + j for j in range(4)], [1.0] * 4)
+
+
+async def dense_ids(store: EdgeStore, queries: np.ndarray) -> list[list[str]]:
+    return [[h.doc_id for h in await store.query("c", dense=q.tolist(), limit=10)] for q in queries]
+
+
+async def hybrid_ids(store: EdgeStore, queries: np.ndarray, labels: np.ndarray) -> list[list[str]]:
+    return [[h.doc_id for h in await store.query("c", dense=q.tolist(), sparse=topic_query(int(c)), limit=10,
+                                                 fusion=PRODUCTION_FUSION)]
+            for q, c in zip(queries, labels, strict=True)]
+
+
+def overlap(got: list[list[str]], want: list[list[str]]) -> float:
+    return float(np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got, want, strict=True)]))
+
+
+def exact_top10(x: np.ndarray, ids: list[str], queries: np.ndarray) -> list[list[str]]:
+    return [[ids[j] for j in np.argsort(-(x @ q), kind="stable")[:10]] for q in queries]
+
+
+async def test_int8_optimize_quantizes_and_searches_oversample_to_exact_recall(tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    centres = rng.normal(size=(100, DIM))
+    x, labels = clustered(rng, centres, N_INT8)
+    queries, q_labels = clustered(rng, centres, 50)
+    ids = [f"d{i}" for i in range(N_INT8)]
+    root, meta_path = tmp_path / "s", tmp_path / "s" / "collections" / "c" / "collection.json"
+    store = await EdgeStore.open(root)
+    await store.create_collection("c", dimensions=DIM, model="m", sparse=SparseConfig())
+    await store.upsert("c", [Chunk(d, 0, "t", {}) for d in ids], x.tolist(),
+                       [topic_sparse(rng, int(c)) for c in labels])
+    hybrid_exact = await hybrid_ids(store, queries, q_labels)  # the plain index: exact dense prefetch
+    await store.aclose()
+
+    lines: list[str] = []
+    result = optimize_collection(root, "c", int8=True, progress=lines.append)
+    assert (result["mode"], result["points"], result["indexed"], result["changed"]) == ("int8", N_INT8, N_INT8, True)
+    assert lines[0].startswith(f"optimizing 'c' (int8 scalar quantization, a full scan without a graph): {N_INT8} "
+                               f"points, {DIM} dims; about ")
+    assert lines[1].startswith("done in ") and f": {N_INT8} of {N_INT8} points' dense vectors are int8-quantized" \
+        in lines[1] and "RAGSERVE_QDRANT__INT8_OVERSAMPLING" in lines[1]
+    assert json.loads(meta_path.read_text())["quantization"] == "int8"
+    want = exact_top10(x, ids, queries)
+
+    # Proof that the int8 copy is what is scanned: rescoring only the int8 top-10 loses neighbours.
+    store = await EdgeStore.open(root, int8_oversampling=1.0)
+    try:
+        recall_without = overlap(await dense_ids(store, queries), want)
+    finally:
+        await store.aclose()
+    assert recall_without < 0.99
+
+    store = await EdgeStore.open(root)  # the default: oversampling 2
+    try:
+        assert (await store.describe("c")).quantization == "int8"
+        assert overlap(await dense_ids(store, queries), want) >= 0.99
+        assert overlap(await hybrid_ids(store, queries, q_labels), hybrid_exact) >= 0.99
+        # Written after the optimize: the appendable segment, searched exactly beside the int8 one.
+        new_ids = [f"n{j}" for j in range(len(queries))]
+        await store.upsert("c", [Chunk(d, 0, "t", {}) for d in new_ids], queries.tolist(),
+                           [topic_query(int(c)) for c in q_labels])
+        info = await store.get_collection("c")
+        await store.set_sparse_settings("c", info.sparse, info.sparse_stats)  # rewrites collection.json
+    finally:
+        await store.aclose()
+    assert json.loads(meta_path.read_text())["quantization"] == "int8"
+    x_all, ids_all = np.vstack([x, queries]), ids + new_ids
+    want_all = exact_top10(x_all, ids_all, queries)
+    assert [w[0] for w in want_all] == new_ids
+
+    for optimized in (False, True):  # reopened, then after a plain optimize folded the new points in
+        store = await EdgeStore.open(root)
+        try:
+            assert (await store.describe("c")).quantization == "int8"
+            got = await dense_ids(store, queries)
+            assert [g[0] for g in got] == new_ids and overlap(got, want_all) >= 0.99
+            assert [h[0] for h in await hybrid_ids(store, queries, q_labels)] == new_ids
+        finally:
+            await store.aclose()
+        if not optimized:
+            lines.clear()
+            result = optimize_collection(root, "c", progress=lines.append)  # no --int8: it stays int8
+            assert lines[0].startswith("'c' is int8-quantized") and "stays so" in lines[0]
+            assert (result["mode"], result["indexed"], result["changed"]) == ("int8", N_INT8 + len(queries), True)
+
+
+@pytest.mark.parametrize("int8", [False, True])
+async def test_optimize_says_when_it_builds_nothing(tmp_path: Path, int8: bool) -> None:
+    store = await EdgeStore.open(tmp_path / "s")
+    await store.create_collection("c", dimensions=8, model="m", sparse=SparseConfig())
+    await store.aclose()
+    lines: list[str] = []
+    result = optimize_collection(tmp_path / "s", "c", int8=int8, progress=lines.append)
+    assert not result["changed"] and lines[1].startswith("nothing to build: 'c' is empty")
+
+    store = await EdgeStore.open(tmp_path / "s")  # 2 points x 8 dims: 64 bytes of vectors, below the 1 KB threshold
+    await store.upsert("c", [Chunk("a", 0, "t", {}), Chunk("b", 0, "t", {})],
+                       [[1.0] + [0.0] * 7, [0.0, 1.0] + [0.0] * 6], [SparseVector([1], [1.0])] * 2)
+    await store.aclose()
+    lines.clear()
+    result = optimize_collection(tmp_path / "s", "c", int8=int8, progress=lines.append)
+    assert (result["changed"], result["points"], result["indexed"]) == (False, 2, 0)
+    assert lines[1].startswith("nothing built: the engine indexes a segment only above 1 KB of vectors, and the 2 "
+                               "point(s) not yet indexed are below it; searches over them stay exact")
+    assert not any(line.startswith("done") for line in lines)
+    store = await EdgeStore.open(tmp_path / "s")
+    try:
+        assert [h.doc_id for h in await store.query("c", dense=[1.0, 0.5] + [0.0] * 6, limit=2)] == ["a", "b"]
+    finally:
+        await store.aclose()
+
+
+def test_the_command_quantizes_and_names_a_missing_collection(tmp_path: Path) -> None:
+    async def build() -> None:
+        store = await EdgeStore.open(tmp_path / "qdrant")
+        await store.create_collection("c", dimensions=64, model="m")
+        vectors = np.random.default_rng(2).normal(size=(300, 64))
+        await store.upsert("c", [Chunk(f"d{i}", 0, "t", {}) for i in range(300)], vectors.tolist())
+        await store.aclose()
+
+    asyncio.run(build())
+    env = {"RAGSERVE_API_KEYS": "k" * 20, "PATH": ""}
+    args = [sys.executable, "-m", "service.cli", "optimize"]
+    r = subprocess.run([*args, "c", "--int8", "--data-dir", str(tmp_path)], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "optimizing 'c' (int8 scalar quantization" in r.stdout and "300 of 300 points' dense vectors are " \
+        "int8-quantized" in r.stdout
+    assert json.loads((tmp_path / "qdrant" / "collections" / "c" / "collection.json").read_text())["quantization"] \
+        == "int8"
+    r = subprocess.run([*args, "nope", "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"ragserve: collection 'nope' does not exist in {tmp_path / 'qdrant'}" in r.stderr

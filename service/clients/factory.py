@@ -1,0 +1,63 @@
+"""The runner clients, built from the settings one way for every process that needs them: the API's lifespan
+and the indexing worker (``ragserve worker``), which builds only what it uses and none of the API."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import httpx
+
+from service.clients.embeddings import EmbeddingClient
+from service.clients.rerank import RerankClient
+from service.clients.runner import RunnerClient
+from service.config import Settings
+from service.profiles import Profile
+
+Transports = Mapping[str, httpx.AsyncBaseTransport]
+"""Tests only: a runner's network edge replaced (``httpx.MockTransport``), by runner name."""
+
+
+def window(model_max: int, settings: Settings) -> int:
+    """Tokens a runner accepts: the model's window, or less where the runner was started shorter."""
+    return min(model_max, settings.runners.max_model_len or model_max)
+
+
+def runner_client(settings: Settings, name: str, url: str, timeout_s: float, *, max_concurrency: int | None = None,
+                  unavailable_code: str | None = None, transports: Transports | None = None) -> RunnerClient:
+    up = settings.upstream
+    return RunnerClient(
+        name, url, timeout_s=timeout_s, connect_timeout_s=up.connect_timeout_s,
+        max_concurrency=max_concurrency or up.max_concurrency, acquire_timeout_s=up.acquire_timeout_s,
+        retries=up.retries, backoff_s=up.backoff_s, bulk_max_inflight=up.bulk_max_inflight,
+        bulk_priority=up.bulk_priority,
+        breaker_threshold=up.breaker_threshold, probe_interval_s=up.probe_interval_s,
+        probe_timeout_s=up.probe_timeout_s, unavailable_retry_after_s=up.unavailable_retry_after_s,
+        unavailable_code=unavailable_code, transport=(transports or {}).get(name),
+    )
+
+
+def embedding_client(settings: Settings, profile: Profile, transports: Transports | None = None) -> EmbeddingClient:
+    if settings.embed_dimensions is not None:
+        profile.embedding.check_dimensions(settings.embed_dimensions)
+    up = settings.upstream
+    return EmbeddingClient(
+        runner_client(settings, "embedding", settings.runners.embed_url, up.embed_timeout_s, transports=transports),
+        profile.embedding,
+        dimensions=settings.embed_dimensions,
+        truncate_tokens=window(profile.embedding.max_tokens, settings),
+        query_task=settings.query_instruction,
+        batch_size=up.embed_batch_size,
+        batch_timeout_s=up.embed_batch_timeout_s,
+    )
+
+
+def rerank_client(settings: Settings, profile: Profile, transports: Transports | None = None) -> RerankClient | None:
+    if profile.reranker is None:
+        return None
+    return RerankClient(
+        runner_client(settings, "rerank", settings.runners.rerank_url, settings.upstream.rerank_timeout_s,
+                      transports=transports),
+        profile.reranker,
+        instruction=settings.rerank_instruction,
+        truncate_tokens=window(profile.reranker.max_tokens, settings),
+    )

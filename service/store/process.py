@@ -1,0 +1,356 @@
+"""The embedded Qdrant Edge store in a process of its own, so that its engine calls never hold this process's GIL.
+
+Qdrant Edge's Python binding keeps the GIL for the whole of every engine call. In the API's process an upsert that
+grows a segment or rolls its WAL (measured: up to 360 ms), the flush at the end of a job (up to 480 ms) or an
+``optimize`` froze the event loop: every request and heartbeat waited. :class:`ProcessStore` runs the same
+:class:`~service.store.edge.EdgeStore` in a child process (``python -m service.store.process``; one per data
+folder, holding the folder's lock) and forwards each store method over a socket pair; the child's GIL is its own,
+so the API's loop only ever waits for pickling its own arguments and results. Dense vectors cross as float32
+arrays (a memory copy, not a million floats pickled one by one).
+
+Protocol: ``(request id, method, args, kwargs)`` one way; ``(request id, ok, value)`` back, where a failure is
+the exception's class and state, rebuilt on this side, so a :class:`StoreFull` or
+:class:`~service.store.errors.CollectionNotFound` raised in the child is raised here unchanged. Requests run
+concurrently in the child (its EdgeStore bounds and orders them as it does in-process). The child ends when its
+pipe closes, so it never outlives its parent: a parent killed with SIGKILL leaves a child that flushes, releases
+the folder's lock and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.sparse.config import SparseConfig, SparseStats
+from service.store.base import VectorStore
+from service.store.errors import StoreError
+from service.store.types import Chunk, CollectionInfo, DocState, Filter, Fusion, Hit, SparseVector
+
+log = logging.getLogger("ragserve.store")
+
+START_TIMEOUT_S = 120.0
+
+
+class ProcessStore(VectorStore):
+    """A :class:`~service.store.edge.EdgeStore` in a child process; open with :meth:`open`."""
+
+    backend = "edge"
+
+    def __init__(self, root: Path, process: Any, conn: Connection, min_free_bytes: int) -> None:
+        self.root = root
+        self._process = process
+        self._conn = conn
+        self._min_free = min_free_bytes
+        self._ids = itertools.count()
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._loop = asyncio.get_running_loop()
+        self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-send")
+        self._describe: dict[str, CollectionInfo] = {}
+        self._closed = False
+        self._reader = threading.Thread(target=self._read, name="store-recv", daemon=True)
+        self._reader.start()
+
+    @classmethod
+    async def open(cls, root: Path, **kwargs: Any) -> ProcessStore:
+        """Start the child, open the store there (its lock, its collections) and wait for it to answer."""
+        ours, theirs = socket.socketpair()
+        process = await asyncio.to_thread(
+            subprocess.Popen,
+            [sys.executable, "-m", "service.store.process", str(theirs.fileno()), str(root), json.dumps(kwargs)],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+        )
+        theirs.close()
+        store = cls(root, process, Connection(ours.detach()), kwargs.get("min_free_bytes", 64 << 20))
+        try:
+            await asyncio.wait_for(store._run("ping"), START_TIMEOUT_S)
+        except BaseException:
+            await store.aclose()
+            raise
+        return store
+
+    # --- the pipe ----------------------------------------------------------------------------------------
+
+    def _read(self) -> None:
+        while True:
+            try:
+                rid, ok, value = self._conn.recv()
+            except (EOFError, OSError):
+                self._loop.call_soon_threadsafe(self._lost)
+                return
+            self._loop.call_soon_threadsafe(self._resolve, rid, ok, value)
+
+    def _resolve(self, rid: int, ok: bool, value: Any) -> None:
+        future = self._pending.pop(rid, None)
+        if future is None or future.done():
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(_rebuild(value))
+
+    def _lost(self) -> None:
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(StoreError("the embedded store's process ended"))
+
+    async def _run(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self._closed and method != "aclose":
+            raise StoreError("the embedded store is closed")
+        rid = next(self._ids)
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self._pending[rid] = future
+        try:
+            await self._loop.run_in_executor(self._sender, self._conn.send, (rid, method, args, kwargs))
+        except (OSError, ValueError) as exc:
+            self._pending.pop(rid, None)
+            raise StoreError(f"the embedded store's process cannot be reached: {exc}") from exc
+        try:
+            return await future
+        finally:
+            self._pending.pop(rid, None)
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        try:
+            if self._process.poll() is None:
+                await asyncio.wait_for(self._run("aclose"), 120)
+        except (StoreError, asyncio.TimeoutError, OSError) as exc:
+            log.warning("the embedded store's process did not close cleanly: %s", exc)
+        finally:
+            self._closed = True
+            self._conn.close()  # the child's reader sees EOF and exits
+            try:
+                await asyncio.to_thread(self._process.wait, 30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+            self._sender.shutdown(wait=False)
+
+    async def flush(self) -> None:
+        await self._run("flush")
+
+    async def ping(self) -> bool:
+        return bool(self._process.poll() is None and await self._run("ping"))
+
+    def check_writable(self, need_bytes: int = 0) -> None:
+        from service.store.edge import check_free_space
+
+        check_free_space(self.root, self._min_free, need_bytes)
+
+    # --- collections ---------------------------------------------------------------------------------------
+
+    async def create_collection(
+        self, name: str, *, dimensions: int, model: str, filter_fields: dict[str, str] | None = None,
+        sparse: SparseConfig | None = None,
+    ) -> CollectionInfo:
+        self._describe.pop(name, None)
+        info = await self._run("create_collection", name, dimensions=dimensions, model=model,
+                               filter_fields=filter_fields, sparse=sparse)
+        self._describe[name] = info
+        return info
+
+    async def list_collections(self) -> list[CollectionInfo]:
+        return await self._run("list_collections")
+
+    async def describe(self, name: str) -> CollectionInfo:
+        """From this process's cache: every settings change goes through this object, which keeps it current."""
+        info = self._describe.get(name)
+        if info is None:
+            info = self._describe[name] = await self._run("describe", name)
+        return info
+
+    async def get_collection(self, name: str) -> CollectionInfo:
+        return await self._run("get_collection", name)
+
+    async def delete_collection(self, name: str) -> None:
+        try:
+            await self._run("delete_collection", name)
+        finally:
+            self._describe.pop(name, None)
+
+    async def ensure_tenant_index(self, name: str, field: str) -> None:
+        await self._run("ensure_tenant_index", name, field)
+
+    async def set_sparse_settings(self, name: str, sparse: SparseConfig, stats: SparseStats) -> CollectionInfo:
+        self._describe.pop(name, None)
+        info = await self._run("set_sparse_settings", name, sparse, stats)
+        self._describe[name] = info
+        return info
+
+    # --- points --------------------------------------------------------------------------------------------
+
+    async def upsert(
+        self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
+        sparse: Sequence[SparseVector] | None = None,
+    ) -> None:
+        matrix = vectors if isinstance(vectors, np.ndarray) else await asyncio.to_thread(_as_matrix, vectors)
+        await self._run("upsert", name, list(chunks), matrix, list(sparse) if sparse is not None else None)
+
+    async def delete(self, name: str, where: Filter) -> None:
+        await self._run("delete", name, where)
+
+    async def scroll_states(self, name: str, where: Filter | None) -> dict[str, DocState]:
+        return await self._run("scroll_states", name, where)
+
+    async def query(
+        self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
+        limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
+        idf_corpus: Filter | None = None,
+    ) -> list[Hit]:
+        return await self._run("query", name, dense=list(dense) if dense is not None else None, sparse=sparse,
+                               limit=limit, query_filter=query_filter, fusion=fusion, idf_corpus=idf_corpus)
+
+    async def count(self, name: str, where: Filter | None = None) -> int:
+        return await self._run("count", name, where)
+
+    async def scroll_texts(self, name: str, page_size: int = 512) -> AsyncIterator[list[tuple[str, str]]]:
+        cursor = await self._run("_scroll_open", name, page_size)
+        try:
+            while (page := await self._run("_scroll_next", cursor)) is not None:
+                yield page
+        finally:
+            await self._run("_scroll_close", cursor)
+
+    async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
+        await self._run("set_sparse_vectors", name, list(vectors))
+
+
+def _as_matrix(vectors: Sequence[Sequence[float]], rows: int = 64) -> np.ndarray:
+    """float32 rows, converted a slice at a time: one conversion of thousands of lists would hold the GIL for
+    tens of milliseconds in a single call."""
+    if not vectors:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.concatenate([np.asarray(vectors[i:i + rows], dtype=np.float32) for i in range(0, len(vectors), rows)])
+
+
+# --- failures across the pipe ---------------------------------------------------------------------------------
+
+def _describe_exception(exc: BaseException) -> tuple[type[BaseException], str, dict[str, Any]]:
+    state = {k: v for k, v in vars(exc).items() if not k.startswith("__")} if hasattr(exc, "__dict__") else {}
+    return type(exc), str(exc), state
+
+
+def _rebuild(described: tuple[type[BaseException], str, dict[str, Any]]) -> BaseException:
+    """The child's exception as it was: same class, message and attributes (``code``, ``param`` ...)."""
+    cls, message, state = described
+    exc = cls.__new__(cls)
+    BaseException.__init__(exc, message)
+    exc.__dict__.update(state)
+    return exc
+
+
+# --- the child --------------------------------------------------------------------------------------------
+
+def _child_main(conn: Connection, root: str, kwargs: dict[str, Any]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent closes us
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(_serve(conn, Path(root), kwargs))
+    finally:
+        conn.close()
+
+
+async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
+    from service.store.edge import EdgeStore
+
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[Any] = asyncio.Queue()
+
+    def read() -> None:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                loop.call_soon_threadsafe(inbox.put_nowait, None)
+                return
+            loop.call_soon_threadsafe(inbox.put_nowait, message)
+
+    threading.Thread(target=read, name="store-recv", daemon=True).start()
+    send_lock = threading.Lock()
+    sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-send")
+
+    def send(reply: tuple[int, bool, Any]) -> None:
+        with send_lock:
+            try:
+                conn.send(reply)
+            except (OSError, ValueError):
+                pass  # the parent is gone: our reader sees EOF and we close
+
+    try:
+        store = await EdgeStore.open(root, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - the parent raises it (StoreLocked, LegacyStoreLayout ...)
+        first = await inbox.get()
+        if first is not None:
+            send((first[0], False, _describe_exception(exc)))
+        return
+    cursors: dict[int, AsyncIterator[list[tuple[str, str]]]] = {}
+    ids = itertools.count()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def handle(rid: int, method: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        try:
+            if method == "ping":
+                value: Any = await store.ping()
+            elif method == "upsert":
+                name, chunks, matrix, sparse = args
+                value = await store.upsert(name, chunks, matrix.tolist(), sparse)
+            elif method == "_scroll_open":
+                cursor = next(ids)
+                cursors[cursor] = aiter(store.scroll_texts(*args))
+                value = cursor
+            elif method == "_scroll_next":
+                try:
+                    value = await anext(cursors[args[0]])
+                except StopAsyncIteration:
+                    value = None
+            elif method == "_scroll_close":
+                it = cursors.pop(args[0], None)
+                if it is not None and hasattr(it, "aclose"):
+                    await it.aclose()
+                value = None
+            else:
+                value = await getattr(store, method)(*args, **kw)
+            reply: tuple[int, bool, Any] = (rid, True, value)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
+            reply = (rid, False, _describe_exception(exc))
+        await loop.run_in_executor(sender, send, reply)
+
+    try:
+        while (message := await inbox.get()) is not None:
+            rid, method, args, kw = message
+            if method == "aclose":
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await store.aclose()
+                await loop.run_in_executor(sender, send, (rid, True, None))
+                return
+            task = asyncio.create_task(handle(rid, method, args, kw))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+    finally:
+        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await store.aclose()  # idempotent: flushes and releases the lock when the parent went away
+        except Exception as exc:  # noqa: BLE001 - closing must not raise past this point
+            log.warning("closing the embedded store: %s", exc)
+        sender.shutdown(wait=True)
+
+
+if __name__ == "__main__":  # the child: python -m service.store.process FD ROOT KWARGS_JSON
+    _child_main(Connection(int(sys.argv[1])), sys.argv[2], json.loads(sys.argv[3]))
