@@ -18,7 +18,8 @@ Stages, each a Locust run of its own against the same server:
 
 For each stage: throughput (200s per second), p50/p99 of the 200s and of every answer (from the scheduled
 send time), answers by status, 429s that carried ``Retry-After``, the most requests in flight, the load
-generator's lag, and the API process's peak RSS (VmRSS sampled every 0.2 s, and VmHWM from /proc/<pid>/status).
+generator's lag, and the peak RSS of the API's processes (the API and, by default, its embedded store's own
+process: VmRSS summed and sampled every 0.2 s, and VmHWM from /proc/<pid>/status summed).
 
 The embedding runner is ``--embed-url`` (default ``$RAGSERVE_TEST_MINILM_URL``, or one started here).
 The short form sets small query slots (``SHORT.server_env``) so that overload shows within seconds, and
@@ -49,7 +50,7 @@ import httpx
 import numpy as np
 
 from service.evaluation.dataset import BeirDataset
-from tests.support.process import ServeProcess, peak_rss_bytes, ragserve_serve, rss_bytes
+from tests.support.process import ServeProcess, process_tree, ragserve_serve, tree_peak_rss_bytes, tree_rss_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
@@ -142,6 +143,8 @@ class LoadResult:
     sustained_rps: float
     machine: dict[str, Any]
     api_pid: int
+    pids: list[int] = field(default_factory=list)
+    """The API's process tree as it served: the API and, by default, its embedded store's own process."""
 
     def stage(self, name: str) -> StageResult:
         return next(s for s in reversed(self.stages) if s.name == name)
@@ -177,17 +180,17 @@ def fill(api: ServeProcess, docs: list[dict[str, Any]], batch: int = 100) -> int
 
 
 class RssSampler:
-    """VmRSS of ``pid`` every ``interval_s`` from a thread, while in the ``with`` block."""
+    """VmRSS of ``pid`` and its descendants every ``interval_s`` from a thread, while in the ``with`` block."""
 
     def __init__(self, pid: int, interval_s: float = 0.2) -> None:
         self.pid, self.interval_s = pid, interval_s
-        self.peak = rss_bytes(pid)
+        self.peak = tree_rss_bytes(pid)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.peak = max(self.peak, rss_bytes(self.pid))
+            self.peak = max(self.peak, tree_rss_bytes(self.pid))
 
     def __enter__(self) -> RssSampler:
         self._thread.start()
@@ -196,7 +199,7 @@ class RssSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-        self.peak = max(self.peak, rss_bytes(self.pid))
+        self.peak = max(self.peak, tree_rss_bytes(self.pid))
 
 
 # --- one Locust run --------------------------------------------------------------------------------------
@@ -269,10 +272,10 @@ def summarize(name: str, data: dict[str, Any], *, rss_before: int, rss_peak: int
 
 def stage(api: ServeProcess, work: Path, name: str, *, users: int, rate: float, duration_s: float,
           query_file: Path) -> StageResult:
-    before = rss_bytes(api.pid)
+    before = tree_rss_bytes(api.pid)
     with RssSampler(api.pid) as rss:
         data, log = locust(api, work, name, users=users, rate=rate, duration_s=duration_s, query_file=query_file)
-    return summarize(name, data, rss_before=before, rss_peak=rss.peak, hwm=peak_rss_bytes(api.pid),
+    return summarize(name, data, rss_before=before, rss_peak=rss.peak, hwm=tree_peak_rss_bytes(api.pid),
                      cpu_warning="CPU usage" in log, users=users, mode="open" if rate > 0 else "closed",
                      load_average=os.getloadavg()[0])
 
@@ -300,7 +303,8 @@ def run(plan: LoadPlan, embed_url: str, work: Path, *, rate: float | None = None
         # One untimed search first: the first query pays for lazy imports and caches.
         httpx.post(f"{api.url}/v1/search", headers=api.headers, json={"collection": COLLECTION, "query": "warm up"},
                    timeout=60).raise_for_status()
-        idle = rss_bytes(api.pid)
+        idle = tree_rss_bytes(api.pid)
+        pids = process_tree(api.pid)
         stages: list[StageResult] = []
 
         def go(name: str, rps: float, duration_s: float) -> StageResult:
@@ -313,13 +317,13 @@ def run(plan: LoadPlan, embed_url: str, work: Path, *, rate: float | None = None
 
         if rate is None:
             calibrated = go("calibrate", 0, plan.calibrate_s)
-            rate = max(1.0, round(calibrated.ok_rps * plan.sustain_share, 1))
+            rate = max(0.1, round(calibrated.ok_rps * plan.sustain_share, 2))
         for attempt in range(plan.attempts):
             held = go("sustained", rate, plan.stage_s)
             if held.p99_ms < plan.p99_target_s * 1000 and held.error_rate == 0:
                 break
             if attempt + 1 < plan.attempts:
-                rate = max(1.0, round(rate * 0.75, 1))
+                rate = max(0.1, round(rate * 0.75, 2))
         overload = rate * plan.overload_factor
         for _ in range(1 + plan.escalations):
             if go("overload", overload, plan.stage_s).by_status.get("429"):
@@ -327,7 +331,7 @@ def run(plan: LoadPlan, embed_url: str, work: Path, *, rate: float | None = None
             overload *= 2
     return LoadResult(plan=asdict(plan), docs=len(docs), points=points, index_s=round(index_s, 1),
                       rss_idle_mib=round(idle / MIB, 1), stages=stages, sustained_rps=rate,
-                      machine={"cpus": os.cpu_count(), "load_average": os.getloadavg()}, api_pid=api.pid)
+                      machine={"cpus": os.cpu_count(), "load_average": os.getloadavg()}, api_pid=api.pid, pids=pids)
 
 
 def problems(result: LoadResult, plan: LoadPlan) -> list[str]:

@@ -91,3 +91,40 @@ def peak_rss_bytes(pid: int) -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmHWM for pid {pid}")
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (the API and, by default, its embedded store's own process), from /proc."""
+    pids, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        pids.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as f:
+                    todo += [int(child) for child in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return pids
+
+
+def _sum_status(pids: list[int], field: str) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                total += next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
+        except (FileNotFoundError, ProcessLookupError, StopIteration):
+            continue  # gone meanwhile (or a zombie, which holds no memory)
+    return total
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident set size of a process and its descendants together."""
+    return _sum_status(process_tree(pid), "VmRSS:")
+
+
+def tree_peak_rss_bytes(pid: int) -> int:
+    """The sum of each process's own peak (VmHWM) over a process and its descendants: an upper bound of the
+    tree's peak, since their peaks need not have come at the same moment."""
+    return _sum_status(process_tree(pid), "VmHWM:")
