@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from service.api.schemas.common import JsonInt
 from service.documents.payload import ID_PATTERN, check_metadata
+from service.json_types import JsonInt
 from service.store.tenancy import Tenant
 
 STRICT = ConfigDict(extra="forbid", strict=True)

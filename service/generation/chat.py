@@ -22,14 +22,13 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.api.schemas.chat import SAMPLING_FIELDS, ChatCompletionRequest, ImagePart
-from service.api.schemas.common import filter_spec
 from service.clients.generation import GenerationClient
 from service.config import Settings
 from service.errors import InvalidInput, RagserveError
 from service.generation.citations import Citation, build_citations, mark_cited
 from service.generation.image_query import ImageQueryWriter
 from service.generation.prompts import GROUNDED_SYSTEM_PROMPT, grounded_messages, text_of
+from service.generation.request import ChatRequest, ImageContent
 from service.media.images import PreparedImage
 from service.media.service import ImageInput, MediaService
 from service.observability.tracing import stage, tracer
@@ -71,21 +70,21 @@ class ChatHandler:
         self.settings = settings
         self._observe = observe_stage or (lambda stage, seconds: None)
 
-    async def prepare(self, request: ChatCompletionRequest, *, tenant: Tenant | None = None) -> PreparedChat:
+    async def prepare(self, request: ChatRequest, *, tenant: Tenant | None = None) -> PreparedChat:
         """``tenant``: the asking key's; grounding retrieves from its chunks only."""
         model = self.generator.resolve_model(request.model)
         gen = self.settings.generation
-        max_tokens = request.max_completion_tokens or request.max_tokens or gen.max_tokens
+        max_tokens = request.max_tokens or gen.max_tokens
         if max_tokens > gen.max_tokens:
             raise InvalidInput(f"max_tokens is over {gen.max_tokens}", code="max_tokens_too_large",
                                param="max_tokens")
         messages, last_image = await self._messages(request)
         body: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": max_tokens}
-        body.update(request.model_dump(include=set(SAMPLING_FIELDS), exclude_none=True))
-        if request.stream and request.stream_options and request.stream_options.include_usage:
+        body.update(request.sampling)
+        if request.include_usage:
             body["stream_options"] = {"include_usage": True}
         prepared = PreparedChat(body, model)
-        if request.ragserve is not None:
+        if request.grounding is not None:
             await self.generator.check_available()  # a generator known down: 503 now, not after retrieval
             await self._ground(request, prepared, last_image, tenant)
         return prepared
@@ -144,16 +143,16 @@ class ChatHandler:
         finally:
             await stack.aclose()
 
-    async def _messages(self, request: ChatCompletionRequest) -> tuple[list[dict[str, Any]], PreparedImage | None]:
+    async def _messages(self, request: ChatRequest) -> tuple[list[dict[str, Any]], PreparedImage | None]:
         """Upstream-ready messages (every image a data URL made here) and the last message's image."""
         found: list[tuple[int, int, str]] = []
-        for i, message in enumerate(request.messages):
+        for i, message in enumerate(request.turns):
             for j, part in enumerate(message.content if isinstance(message.content, list) else []):
-                if isinstance(part, ImagePart):
+                if isinstance(part, ImageContent):
                     if message.role != "user":
                         raise InvalidInput("images are accepted in user messages only",
                                            code="image_not_in_user_message", param=f"messages[{i}].content[{j}]")
-                    found.append((i, j, part.image_url.url))
+                    found.append((i, j, part.url))
         self.media.check_count(len(found), param="messages")
         started = time.perf_counter()
         prepared = await asyncio.gather(*(
@@ -164,26 +163,26 @@ class ChatHandler:
             self._observe("image", time.perf_counter() - started)
         images = {(i, j): image for (i, j, _), image in zip(found, prepared, strict=True)}
         out: list[dict[str, Any]] = []
-        for i, message in enumerate(request.messages):
+        for i, message in enumerate(request.turns):
             if not isinstance(message.content, list):
-                out.append({"role": message.role, "content": message.content or ""})
+                out.append({"role": message.role, "content": message.content})
                 continue
             parts: list[dict[str, Any]] = []
             for j, part in enumerate(message.content):
-                if isinstance(part, ImagePart):
+                if isinstance(part, ImageContent):
                     parts.append({"type": "image_url", "image_url": {"url": images[(i, j)].data_url}})
                 else:
                     parts.append({"type": "text", "text": part.text})
             out.append({"role": message.role, "content": parts})
-        last = len(request.messages) - 1
+        last = len(request.turns) - 1
         last_image = next((img for (i, _), img in images.items() if i == last), None)
         return out, last_image
 
     async def _ground(
-        self, request: ChatCompletionRequest, prepared: PreparedChat, image: PreparedImage | None,
+        self, request: ChatRequest, prepared: PreparedChat, image: PreparedImage | None,
         tenant: Tenant | None,
     ) -> None:
-        options = request.ragserve
+        options = request.grounding
         assert options is not None
         messages = prepared.body["messages"]
         if messages[-1]["role"] != "user":
@@ -213,7 +212,7 @@ class ChatHandler:
         else:
             raise InvalidInput("the last user message has no text or image to retrieve context for",
                                code="empty_query", param="messages")
-        query_filter = build_filter(filter_spec(options.filter))
+        query_filter = build_filter(options.filter)
         collections = list(dict.fromkeys(options.collections))
         started = time.perf_counter()
         results = await asyncio.gather(*(

@@ -42,7 +42,7 @@ async def chat_completions(
         for i, name in enumerate(body.ragserve.collections):
             principal.check_collection(name, param=f"ragserve.collections[{i}]")
     handler = _chat(services)
-    prepared = await handler.prepare(body, tenant=principal.tenant)
+    prepared = await handler.prepare(body.to_chat_request(), tenant=principal.tenant)
     if body.stream:
         events = await handler.open_stream(prepared)
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)

@@ -7,7 +7,9 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from service.api.schemas.collections import COLLECTION_NAME
-from service.api.schemas.common import Filter, JsonInt, RequestModel, Text
+from service.api.schemas.common import Filter, RequestModel, Text, filter_spec
+from service.generation.request import ChatRequest, Content, Grounding, ImageContent, TextContent, Turn
+from service.json_types import JsonInt
 
 
 class ImageURL(RequestModel):
@@ -73,7 +75,30 @@ class ChatCompletionRequest(RequestModel):
         None, description="Ground the answer in these collections and return citations; absent: plain proxy."
     )
 
+    def to_chat_request(self) -> ChatRequest:
+        """The request as the generation engine reads it (:mod:`service.generation.request`)."""
+        options = self.ragserve
+        grounding = None if options is None else Grounding(
+            collections=list(options.collections), top_k=options.top_k, rerank=options.rerank,
+            rerank_candidates=options.rerank_candidates, filter=filter_spec(options.filter),
+        )
+        return ChatRequest(
+            turns=[Turn(m.role, _content(m.content)) for m in self.messages],
+            model=self.model,
+            max_tokens=self.max_completion_tokens or self.max_tokens,
+            sampling=self.model_dump(include=set(SAMPLING_FIELDS), exclude_none=True),
+            stream=self.stream,
+            include_usage=bool(self.stream and self.stream_options and self.stream_options.include_usage),
+            grounding=grounding,
+        )
+
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
                    "frequency_penalty", "repetition_penalty", "ignore_eos", "user")
 """Request fields passed to the runner as they are, when set."""
+
+
+def _content(content: str | list[TextPart | ImagePart] | None) -> str | list[Content]:
+    if not isinstance(content, list):
+        return content or ""
+    return [ImageContent(p.image_url.url) if isinstance(p, ImagePart) else TextContent(p.text) for p in content]

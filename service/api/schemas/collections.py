@@ -7,7 +7,8 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from service.api.schemas.common import DocumentText, FiniteFloat, Identifier, JsonInt, Metadata, RequestModel, refuse
+from service.api.schemas.common import DocumentText, FiniteFloat, Identifier, Metadata, RequestModel, refuse
+from service.json_types import JsonInt
 from service.search.filters import FIELD_RE
 from service.sparse.bm25 import SparseConfig
 from service.sparse.languages import language_problem

@@ -16,7 +16,6 @@ from typing import Annotated, Any
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -28,8 +27,6 @@ from pydantic_core import PydanticCustomError
 
 from service.documents.payload import (
     ID_PATTERN,
-    INT64_MAX,
-    INT64_MIN,
     MAX_METADATA_DEPTH,
     NON_BLANK_TEXT_PATTERN,
     TEXT_PATTERN,
@@ -37,6 +34,7 @@ from service.documents.payload import (
     metadata_problem,
     text_problem,
 )
+from service.json_types import Int64
 from service.search.filters import FIELD_RE
 
 ERROR_CODES = frozenset({"control_character", "empty_text", "empty_query", "invalid_metadata", "zero_vector",
@@ -98,16 +96,6 @@ Metadata = Annotated[
     Field(description=f"A JSON object, nested at most {MAX_METADATA_DEPTH} levels, integers within 64 bits; no "
                       "control characters in keys, none but whitespace in strings."),
 ]
-def _integral(value: Any) -> Any:
-    """JSON Schema's integers include 5.0 (a number with no fraction): so do ours. 5.5, "5" and true do not."""
-    if isinstance(value, float) and value.is_integer():  # 1e300 too: its bound (a limit, Int64) refuses it
-        return int(value)
-    return value
-
-
-JsonInt = Annotated[int, BeforeValidator(_integral)]
-"""An integer as JSON Schema means it: 5 or 5.0, never 5.5, "5" or true (the models are strict)."""
-Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX), BeforeValidator(_integral)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
 FilterField = Annotated[str, Field(pattern=FIELD_RE.pattern)]

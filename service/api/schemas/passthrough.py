@@ -6,7 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from service.api.schemas.common import JsonInt, RequestModel, Text
+from service.api.schemas.common import RequestModel, Text
+from service.json_types import JsonInt
 
 InputText = Annotated[Text, Field(min_length=1)]
 

@@ -5,7 +5,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from service.api.schemas.collections import COLLECTION_NAME
-from service.api.schemas.common import Filter, JsonInt, QueryText, RequestModel, Text
+from service.api.schemas.common import Filter, QueryText, RequestModel, Text
+from service.json_types import JsonInt
 
 
 class RerankOptions(RequestModel):
