@@ -332,16 +332,45 @@ class Pipeline:
 Item = DocWork | FileError | Expect
 
 
+THREAD_HOP_ITEMS = 64
+THREAD_HOP_S = 0.02
+
+
 async def _iterate_in_thread(gen: Iterator[Item]) -> AsyncIterator[Item]:
-    """Pull a blocking generator from a thread, one item ahead of the consumer."""
-    sentinel = object()
-    pending = asyncio.ensure_future(asyncio.to_thread(next, gen, sentinel))
+    """Pull a blocking generator from a thread, one slice ahead of the consumer.
+
+    Each hop to the thread takes up to ``THREAD_HOP_ITEMS`` items or ``THREAD_HOP_S`` of work. One hop per
+    item (20,000 for a 20,000-line JSONL file) woke a pool thread that took the GIL each time; on a loaded
+    machine a thread that holds the GIL and then waits for a CPU blocks the loop thread behind it, and the
+    stall test's dumps found the loop waiting for the GIL with no other thread running Python."""
+
+    failed: list[BaseException] = []
+
+    def take() -> list[Item]:
+        items: list[Item] = []
+        until = time.monotonic() + THREAD_HOP_S
+        try:
+            for item in gen:  # a break leaves the generator open for the next hop
+                items.append(item)
+                if len(items) >= THREAD_HOP_ITEMS or time.monotonic() >= until:
+                    break
+        except Exception as exc:  # the items before it are still delivered, then it is raised
+            if not items:
+                raise
+            failed.append(exc)
+        return items
+
+    pending = asyncio.ensure_future(asyncio.to_thread(take))
     try:
         while True:
-            item = await pending
-            if item is sentinel:
+            items = await pending
+            if not items:
                 return
-            pending = asyncio.ensure_future(asyncio.to_thread(next, gen, sentinel))
-            yield item
+            if not failed:
+                pending = asyncio.ensure_future(asyncio.to_thread(take))
+            for item in items:
+                yield item
+            if failed:
+                raise failed[0]
     finally:
         pending.cancel()

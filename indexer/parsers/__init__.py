@@ -20,6 +20,7 @@ zip bombs and XML with a DTD are refused per file.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import PurePosixPath
 
 from indexer.documents import ParsedDocument, SourceFile
@@ -83,7 +84,8 @@ def detect_format(file: SourceFile) -> str:
     raise ParseError(f"unsupported file type {ext or file.content_type or 'unknown'!r}")
 
 
-def parse(file: SourceFile) -> list[ParsedDocument]:
+def parse(file: SourceFile) -> Sequence[ParsedDocument]:
+    """The file's documents: a list, or for JSONL a sequence that builds each one as it is iterated."""
     fmt = detect_format(file)
     try:
         if fmt in BINARY:

@@ -8,33 +8,67 @@ with a lone surrogate escape, ``NaN`` or a 100-digit integer fails its file inst
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 
 from indexer.documents import ParsedDocument, Section
 from service.documents.payload import id_problem, metadata_problem, unicode_problem
 
 
-def parse(name: str, data: bytes) -> list[ParsedDocument]:
+class JsonlDocuments(Sequence[ParsedDocument]):
+    """A JSONL file's documents, made one at a time as they are iterated.
+
+    :func:`parse` checks every line first (so a bad line still fails its whole file, before anything is
+    indexed) and keeps only the lines; each :class:`ParsedDocument` is built when the pipeline reaches it and
+    dropped once its batch is written. Building all of them up front kept every record of a 20,000-line
+    corpus alive for the whole job, and each full garbage collection walked them all on the loop's thread
+    (130-150 ms pauses, measured in the stall test)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self._lines = lines
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    @overload
+    def __getitem__(self, index: int) -> ParsedDocument: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[ParsedDocument]: ...
+    def __getitem__(self, index: int | slice) -> ParsedDocument | list[ParsedDocument]:
+        if isinstance(index, slice):
+            return [_document(_record(line)) for line in self._lines[index]]
+        return _document(_record(self._lines[index]))
+
+    def __iter__(self) -> Iterator[ParsedDocument]:
+        for line in self._lines:
+            yield _document(_record(line))
+
+
+def parse(name: str, data: bytes) -> JsonlDocuments:
     from indexer.parsers import ParseError
     from indexer.parsers.text import decode
 
-    docs = []
+    lines = []
     for number, line in enumerate(decode(data).splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            row = _record(line)
+            _record(line)  # checked now, built again when iterated: nothing of it is kept
         except (ValueError, AttributeError, RecursionError) as exc:
             raise ParseError(f"line {number}: {exc}") from exc
-        doc_id = str(row.get("_id", row.get("id")))
-        title = str(row.get("title") or "").strip()
-        text = f"{title} {row['text'].strip()}".strip()
-        meta = dict(row.get("metadata") or {})
-        if title:
-            meta.setdefault("title", title)
-        docs.append(ParsedDocument(doc_id=doc_id, sections=[Section(text, 0)] if text else [], metadata=meta,
-                                   full_text=text, chunk=False))
-    return docs
+        lines.append(line)
+    return JsonlDocuments(lines)
+
+
+def _document(row: dict[str, Any]) -> ParsedDocument:
+    doc_id = str(row.get("_id", row.get("id")))
+    title = str(row.get("title") or "").strip()
+    text = f"{title} {row['text'].strip()}".strip()
+    meta = dict(row.get("metadata") or {})
+    if title:
+        meta.setdefault("title", title)
+    return ParsedDocument(doc_id=doc_id, sections=[Section(text, 0)] if text else [], metadata=meta,
+                          full_text=text, chunk=False)
 
 
 def _refuse_constant(name: str) -> Any:
