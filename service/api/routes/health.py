@@ -6,6 +6,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.api.deps import ApiKey, ServicesDep
 from service.api.readiness import CAPABILITIES, DEFAULT_REQUIRED, readiness
+from service.api.schemas.errors import STATUS_TEXT, ErrorResponse
+from service.api.schemas.health import ReadinessResponse
 from service.errors import InvalidInput
 
 router = APIRouter(tags=["health"])
@@ -20,6 +22,13 @@ async def health() -> dict[str, str]:
     "/ready",
     summary="Readiness per capability (search, rerank, generation, indexing); 200 while the required ones serve",
     dependencies=[ApiKey],
+    response_model=None,
+    responses={
+        200: {"model": ReadinessResponse, "description": "The required capabilities serve"},
+        401: {"model": ErrorResponse, "description": STATUS_TEXT[401]},
+        422: {"model": ErrorResponse, "description": STATUS_TEXT[422]},  # unknown_capability
+        503: {"model": ReadinessResponse, "description": "A required capability does not serve (the same body)"},
+    },
 )
 async def ready(
     services: ServicesDep,

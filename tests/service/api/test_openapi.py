@@ -190,3 +190,18 @@ def test_schema_and_model_agree(schema: str, model: Any, body: dict[str, Any]) -
     except ValidationError:
         by_model = False
     assert by_schema == by_model, f"schema says {by_schema}, model says {by_model}"
+
+
+def test_every_error_is_documented_as_the_envelope_and_ready_as_what_it_answers() -> None:
+    doc = document(profile="minilm")
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            for status, response in op["responses"].items():
+                if status.startswith(("4", "5")) and (path, status) != ("/ready", "503"):
+                    schema = response["content"]["application/json"]["schema"]
+                    assert schema == {"$ref": "#/components/schemas/ErrorResponse"}, (method, path, status)
+    assert "HTTPValidationError" not in doc["components"]["schemas"]
+    ready = doc["paths"]["/ready"]["get"]["responses"]
+    for status in ("200", "503"):
+        assert ready[status]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ReadinessResponse"}

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from service.api.schemas.health import ReadinessResponse
 from service.config import Settings
 from tests.support.app import app_client
 from tests.support.runners import free_port
@@ -39,6 +40,8 @@ async def test_a_down_generator_leaves_search_ready_and_chat_503(no_generator: S
         needs_generation = await client.get("/ready", params={"require": "search,generation"})
 
     assert ready.status_code == 200
+    ReadinessResponse.model_validate(ready.json())  # what the OpenAPI document says it answers
+    ReadinessResponse.model_validate(needs_generation.json())
     assert ready.json() == {
         "status": "degraded", "required": ["search"],
         "capabilities": {"search": "ok", "rerank": "disabled", "generation": "down", "indexing": "ok"},
