@@ -1,0 +1,117 @@
+"""Rerank throughput: documents/s through ragserve's ``POST /v1/rerank`` and through the reranker runner's own
+``/rerank`` with the body ragserve forwards, 32 and 100 candidates, short and long documents, alternating
+request by request so both paths see the same machine; every request has a query and documents of its own
+(the runner's prefix cache would serve a repeated body), so the two paths get different but like samples.
+
+Short documents are SciFact titles (about 15 words), long ones SciFact abstracts (a few hundred tokens; the
+runner's window holds them). Queries are SciFact's test claims. The API is ``ragserve serve`` (qwen3 profile,
+the tiny Qwen3 reranker runner) in its own process (``tests/bench/bench_api_search.py: api_process``).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from service.profiles import QWEN3
+from tests.bench.bench_api_search import KEY, api_process
+from tests.bench.bench_indexing import SCIFACT
+from tests.bench.results import pyplot, ratio, table
+
+
+def scifact_texts(n: int) -> tuple[list[str], list[str], list[str]]:
+    """(titles, abstracts, queries) of the first ``n`` documents and the test claims."""
+    titles, abstracts = [], []
+    with open(SCIFACT) as f:
+        for line in f:
+            doc = json.loads(line)
+            titles.append(doc["title"])
+            abstracts.append(doc["text"])
+            if len(titles) == n:
+                break
+    queries = [json.loads(line)["text"] for line in (SCIFACT.parent / "queries.jsonl").read_text().splitlines()
+               if line.strip()]
+    return titles, abstracts, queries
+
+
+def measure(*, embed_url: str, rerank_url: str, max_model_len: int = 2048, requests: int = 6,
+            candidates: tuple[int, ...] = (32, 100)) -> dict[str, Any]:
+    titles, abstracts, queries = scifact_texts(max(candidates) * 2)
+    model = QWEN3.reranker
+    assert model is not None
+    rows = []
+    print(f"rerank: {requests} requests per configuration and path", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-rerank-") as tmp, \
+            api_process(Path(tmp) / "data", embed_url=embed_url, rerank_url=rerank_url,
+                        max_model_len=max_model_len, log_path=Path(tmp) / "serve.log") as (url, _), \
+            httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=600) as api, \
+            httpx.Client(base_url=rerank_url, timeout=600) as runner:
+        for kind, docs in (("short", titles), ("long", abstracts)):
+            for n in candidates:
+                times: dict[str, list[float]] = {"ragserve": [], "runner": []}
+                tokens = []
+                for i in range(2 * (requests + 1)):  # the first round (two requests) is a warm-up
+                    # Every request its own query and documents: the runner caches prompt prefixes, so a body
+                    # sent twice would be served from the cache the first one left. Who goes first alternates.
+                    path = ("ragserve", "runner")[(i + i // 2) % 2]
+                    start = (i * n) % (len(docs) - n)
+                    body = {"query": queries[(i + 7 * n) % len(queries)], "documents": docs[start:start + n],
+                            "top_n": n, "return_documents": True}
+                    client, route, extra = (api, "/v1/rerank", {}) if path == "ragserve" else (
+                        runner, "/rerank", {"model": model.name})
+                    t = time.perf_counter()
+                    r = client.post(route, json={**body, **extra})
+                    elapsed = time.perf_counter() - t
+                    if r.status_code != 200:
+                        raise RuntimeError(f"{path} {route} answered {r.status_code}: {r.text[:300]}")
+                    if i >= 2:
+                        times[path].append(elapsed)
+                        if path == "runner":
+                            tokens.append(r.json()["usage"]["prompt_tokens"])
+                row = {"docs": kind, "candidates": n, "prompt_tokens_per_request": float(np.mean(tokens))}
+                for path, ts in times.items():
+                    row[f"{path}_docs_per_s"] = n * len(ts) / sum(ts)
+                    row[f"{path}_ms_p50"] = float(np.percentile(np.asarray(ts) * 1000, 50))
+                row["ratio"] = ratio(row["ragserve_docs_per_s"], row["runner_docs_per_s"])
+                print(f"  {kind} x {n}: ragserve {row['ragserve_docs_per_s']:.0f} docs/s, runner "
+                      f"{row['runner_docs_per_s']:.0f} docs/s", flush=True)
+                rows.append(row)
+    return {"scenario": "rerank", "model": model.name, "requests": requests, "rows": rows}
+
+
+COLUMNS = [("docs", "documents", ""), ("candidates", "candidates", "d"),
+           ("prompt_tokens_per_request", "prompt tokens/request", ",.0f"),
+           ("ragserve_docs_per_s", "ragserve docs/s", ",.1f"), ("runner_docs_per_s", "runner docs/s", ",.1f"),
+           ("ragserve_ms_p50", "ragserve p50 ms", ",.0f"), ("runner_ms_p50", "runner p50 ms", ",.0f"),
+           ("ratio", "ragserve / runner", ".3f")]
+
+
+def report(result: dict[str, Any]) -> str:
+    return "\n".join([f"rerank throughput, {result['model']} (tiny random checkpoint), {result['requests']} "
+                      "requests each, alternating ragserve / runner", table(result["rows"], COLUMNS)])
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
+    rows = result["rows"]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    x = np.arange(len(rows))
+    ax.bar(x - 0.2, [r["ragserve_docs_per_s"] for r in rows], width=0.4, label="ragserve /v1/rerank",
+           color="tab:blue")
+    ax.bar(x + 0.2, [r["runner_docs_per_s"] for r in rows], width=0.4, label="runner /rerank", color="tab:gray")
+    for i, r in enumerate(rows):
+        ax.text(i, max(r["ragserve_docs_per_s"], r["runner_docs_per_s"]), f"{r['ratio']:.2f}x", ha="center",
+                va="bottom", fontsize=9)
+    ax.set_xticks(x, [f"{r['docs']} x {r['candidates']}" for r in rows])
+    ax.set_ylabel("documents/s")
+    ax.set_title(f"Rerank throughput, {result['model']} (label: ragserve / runner)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
