@@ -26,6 +26,7 @@ import shlex
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ def run_scenario(name: str, args: argparse.Namespace, runners: Runners, command:
         from tests.bench import scenario_embedding as mod
 
         qwen3 = name == "embedding-qwen3"
-        result = mod.measure(url=runners.minilm, docs=args.docs or (8 if quick else 24 if qwen3 else 300),
+        result = mod.measure(url=runners.minilm, docs=args.docs or (8 if quick else 24 if qwen3 else 160),
                              peers_python=args.peers_python, infinity_python=args.infinity_python,
                              model_name="qwen3-0.6b" if qwen3 else "minilm",
                              **({"batches": (16,), "inflights": (1,), "probe": 8, "peer_batches": (8,)}
@@ -64,7 +65,7 @@ def run_scenario(name: str, args: argparse.Namespace, runners: Runners, command:
     elif name == "batching":
         from tests.bench import scenario_batching as mod  # type: ignore[no-redef]
 
-        result = mod.measure(url=runners.minilm, docs=8 if quick else 80, rounds=1 if quick else 2,
+        result = mod.measure(url=runners.minilm, docs=8 if quick else 60, rounds=1 if quick else 2,
                              **({"counts_grid": (16,), "budgets": (2048,)} if quick else {}))
     elif name == "query":
         from tests.bench import scenario_query as mod  # type: ignore[no-redef]
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peers-python", default=None, help="Python of the venv with sentence-transformers and "
                         "fastembed (its own torch); unset: the peers are skipped")
     parser.add_argument("--infinity-python", default=None, help="Python of the venv with infinity-emb")
-    parser.add_argument("--docs", type=int, default=None, help="embedding: SciFact documents (default 300)")
+    parser.add_argument("--docs", type=int, default=None, help="embedding: SciFact documents (default 160)")
     parser.add_argument("--points", type=int, default=10_000, help="query: points in the collection")
     parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1_000, 10_000, 100_000],
                         help="scaling: collection sizes, comma-separated")
@@ -157,15 +158,21 @@ def main(argv: list[str] | None = None) -> None:
     runners = Runners(embed, rerank, minilm)
     command = "python -m tests.bench " + shlex.join(argv if argv is not None else sys.argv[1:])
     started = time.perf_counter()
-    elapsed = {}
+    elapsed, failed = {}, []
     for name in names:
         t = time.perf_counter()
         print(f"\n=== {name} ===", flush=True)
-        run_scenario(name, args, runners, command)
+        try:
+            run_scenario(name, args, runners, command)
+        except Exception:  # one scenario that fails (a runner timing out) does not lose the others
+            traceback.print_exc()
+            failed.append(name)
         elapsed[name] = time.perf_counter() - t
-        print(f"=== {name}: {elapsed[name]:.0f}s ===", flush=True)
+        print(f"=== {name}: {elapsed[name]:.0f}s{' FAILED' if name in failed else ''} ===", flush=True)
     print("\n" + "; ".join(f"{k} {v:.0f}s" for k, v in elapsed.items())
           + f"; total {time.perf_counter() - started:.0f}s")
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ Encode = Callable[[list[str], int], Any]
 
 
 def timed_best(encode: Encode, texts: list[str], batches: list[int], probe: int) -> dict[str, Any]:
-    encode(texts[:8], 8)  # warm-up: first-call allocations, thread pools
+    encode(texts[:8], batches[0])  # warm-up: first-call allocations, thread pools
     grid = {}
     for b in batches:
         started = time.perf_counter()
@@ -85,6 +85,8 @@ def fastembed(spec: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     model = TextEmbedding(model_name=name, specific_model_path=spec["model"], threads=spec.get("threads"))
     load_s = time.perf_counter() - started
+    if spec.get("max_seq_length"):  # FastEmbed cuts at 512 whatever the model's sentence-transformers config says
+        model.model.tokenizer.enable_truncation(max_length=spec["max_seq_length"])
 
     def encode(texts: list[str], batch: int) -> Any:
         return list(model.embed(texts, batch_size=batch))

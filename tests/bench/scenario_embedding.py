@@ -3,10 +3,12 @@ best batch, (b) ragserve's indexing pipeline (an ingest job: parse, chunk, embed
 store), (c) the engines a user would pick instead, each in a subprocess of the peers' own venv
 (``tests/bench/peers.py``): sentence-transformers in-process, FastEmbed (ONNX Runtime) and Infinity.
 
-The runner and the pipeline are measured by ``tests/bench/bench_indexing.py`` (the raw runner right before and
-after the job; the job is compared with the better of the two). The peers follow, one at a time, on the same
-chunk texts, and the raw runner once more at the end, so a drift of the machine's load shows as a drift between
-the raw figures. Tokens are counted once, by ragserve's tokenizer of the same model, for every engine.
+The runner and the pipeline are measured by ``tests/bench/bench_indexing.py`` (two jobs, each between two raw
+runs; each job is compared with the better of its two). The peers follow, one at a time, on the same chunk
+texts, each again between two raw runs, so that besides the plain ratio (b) / peer there is one at the same
+load: ((b) / its raw neighbours) / (peer / its raw neighbours). On a machine that others load, the load of a
+minute ago says little about this one's. Tokens are counted once, by ragserve's tokenizer of the same model, for
+every engine, and every peer's first vectors are checked against the runner's (cosine).
 """
 
 from __future__ import annotations
@@ -128,17 +130,31 @@ def _measure(url: str, model: EmbeddingModel, checkpoint: str, truncate: int | N
     best = max(grid, key=grid.__getitem__)
     print(f"  raw runner best batch {best[0]} x {best[1]} in flight", flush=True)
     profile = settings.pop("profile")
-    job = bench_indexing.rounds(url, [(corpus, texts, tokens)], best, tmp / "data", profile=profile, **settings)
-    (r,) = job["rounds"]
+    # Two jobs, each between two raw runs: on a machine others load, one pair says little.
+    lines = corpus.splitlines()
+    parts = []
+    for half in (lines[: len(lines) // 2], lines[len(lines) // 2:]):
+        part = b"\n".join(half) + b"\n"
+        part_texts, part_counts = bench_indexing.chunks_of(part, model, checkpoint, truncate)
+        parts.append((part, part_texts, sum(part_counts)))
+    job = bench_indexing.rounds(url, parts, best, tmp / "data", profile=profile, **settings)
+    # Totals over both jobs: time-weighted, as bench_indexing prints them.
+    rs = job["rounds"]
+    pipe_all = tokens / sum(x["tokens"] / x["pipeline"] for x in rs)
+    raw_all = tokens / sum(x["tokens"] / x["raw"] for x in rs)
+    raw_mean = tokens / sum(x["tokens"] / ((x["raw_before"] + x["raw_after"]) / 2) for x in rs)
+    r = {"raw": raw_all, "pipeline": pipe_all, "ratio": pipe_all / raw_all, "ratio_vs_mean": pipe_all / raw_mean,
+         "raw_runs": [x["raw_before"] for x in rs] + [rs[-1]["raw_after"]],
+         "job_wall_s": sum(x["job_wall_s"] for x in rs)}
     rows: list[dict[str, Any]] = [
         {"engine": "vLLM /v1/embeddings (a)", "config": f"batch {best[0]} x {best[1]}",
          "tokens_per_s": r["raw"], "docs_per_s": r["raw"] * len(texts) / tokens,
-         "note": f"better of {r['raw_before']:,.0f} before / {r['raw_after']:,.0f} after the job"},
+         "note": "each job's better neighbour of raw runs " + " / ".join(f"{v:,.0f}" for v in r["raw_runs"])},
         {"engine": "ragserve pipeline (b)", "config": "ingest job", "tokens_per_s": r["pipeline"],
-         "docs_per_s": r["pipeline"] * len(texts) / tokens, "note": f"job {r['job_wall_s']:.1f}s end to end"},
+         "docs_per_s": r["pipeline"] * len(texts) / tokens, "note": f"2 jobs, {r['job_wall_s']:.1f}s end to end"},
     ]
     spec = {"model": checkpoint, "texts": texts, "tokens": tokens, "batches": list(peer_batches), "probe": probe,
-            "dims": model.dimensions, "max_seq_length": truncate}
+            "dims": model.dimensions, "max_seq_length": truncate or model.max_tokens}
     peers: dict[str, Any] = {}
     reference = runner_vectors(url, model, texts[:4], truncate)
     for engine in engines:
@@ -155,18 +171,28 @@ def _measure(url: str, model: EmbeddingModel, checkpoint: str, truncate: int | N
                 peers[engine] = {"engine": engine, "error": f"no ONNX model: {export.get('error')}"}
                 continue
             engine_spec["model"] = str(folder)
+        raw_before = raw(texts, tokens, *best)  # the runner under the load this peer is about to meet
         peers[engine] = run_peer(python, engine_spec)
         p = peers[engine]
         if "error" in p:
             print(f"    failed: {p['error'][-300:]}", flush=True)
             continue
+        p["raw_before_tokens_per_s"] = raw_before
         p["min_cosine_vs_runner"] = min_cosine(p.pop("sample"), reference)
         rows.append({"engine": f"{engine} (c)", "config": f"batch {p['batch']}", "tokens_per_s": p["tokens_per_s"],
-                     "docs_per_s": p["docs_per_s"], "cosine": p["min_cosine_vs_runner"], "note": peer_note(p)})
+                     "docs_per_s": p["docs_per_s"], "cosine": p["min_cosine_vs_runner"], "note": peer_note(p),
+                     "raw_neighbour": raw_before})
     raw_end = raw(texts, tokens, *best)
     pipe = r["pipeline"]
     for row in rows:
         row["pipeline_over"] = ratio(pipe, row["tokens_per_s"])
+        if "raw_neighbour" in row:
+            # The peer against the raw runs just before and after it, and so (b) against the peer at one load:
+            # (b / its raw neighbours) / (peer / its raw neighbours).
+            after = next((x["raw_neighbour"] for x in rows[rows.index(row) + 1:] if "raw_neighbour" in x), raw_end)
+            row["raw_neighbour"] = max(row["raw_neighbour"], after)
+            row["over_raw"] = row["tokens_per_s"] / row["raw_neighbour"]
+            row["pipeline_over_load_matched"] = r["ratio"] / row["over_raw"]
     return {"scenario": "embedding", "model": model_name, "served_name": model.name, "docs": docs,
             "chunks": len(texts), "tokens": tokens,
             "raw_grid_tokens_per_s": {f"{b}x{i}": v for (b, i), v in grid.items()},
@@ -174,7 +200,9 @@ def _measure(url: str, model: EmbeddingModel, checkpoint: str, truncate: int | N
             "raw_end_tokens_per_s": raw_end,
             "ratios": {"pipeline_over_raw": r["ratio"], "pipeline_over_raw_mean": r["ratio_vs_mean"],
                        **{f"pipeline_over_{k}": ratio(pipe, v["tokens_per_s"]) for k, v in peers.items()
-                          if "tokens_per_s" in v}}}
+                          if "tokens_per_s" in v},
+                       **{f"pipeline_over_{row['engine'][:-4]}_load_matched": row["pipeline_over_load_matched"]
+                          for row in rows if "pipeline_over_load_matched" in row}}}
 
 
 def runner_vectors(url: str, model: EmbeddingModel, texts: list[str], truncate: int | None) -> np.ndarray:
@@ -200,6 +228,7 @@ def peer_note(p: dict[str, Any]) -> str:
 
 COLUMNS = [("engine", "engine", ""), ("config", "config", ""), ("docs_per_s", "chunks/s", ",.1f"),
            ("tokens_per_s", "tokens/s", ",.0f"), ("pipeline_over", "(b) / this", ".3f"),
+           ("over_raw", "this / (a) beside it", ".3f"), ("pipeline_over_load_matched", "(b) / this, same load", ".3f"),
            ("cosine", "min cos vs (a)", ".5f"), ("note", "note", "")]
 
 
@@ -207,7 +236,8 @@ def report(result: dict[str, Any]) -> str:
     lines = [f"embedding throughput, {result['model']}: {result['docs']} SciFact documents, {result['chunks']} "
              f"chunks, {result['tokens']:,} tokens", table(result["rows"], COLUMNS)]
     lines.append(f"raw runner once more after the peers: {result['raw_end_tokens_per_s']:,.0f} tokens/s "
-                 "(the machine's drift over the run)")
+                 "(the machine's drift over the run). Each peer runs between two raw runs; 'this / (a) beside it' "
+                 "is the peer against the better of them, and '(b) / this, same load' = (b)/(a) over that.")
     for k, v in result["peers"].items():
         if "error" in v:
             lines.append(f"{k}: not measured: {v['error'][-400:]}")

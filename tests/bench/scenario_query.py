@@ -41,6 +41,7 @@ from tests.bench.results import pyplot, ratio, table
 from tests.bench.synthetic import SyntheticCorpus, prefill, summarize, synthetic_corpus
 
 CONFIGS = [("dense", False), ("hybrid", False), ("dense", True), ("hybrid", True)]
+UPSTREAM = Settings().upstream
 
 
 @dataclass
@@ -91,10 +92,13 @@ def rerank_body(query: str, documents: list[str], max_model_len: int) -> dict[st
 
 async def direct_search(s: Stack, runner: httpx.AsyncClient, query: str, mode: str, rerank: bool,
                         top_k: int = 10) -> dict[str, float]:
-    """The stages of one search, called in sequence; milliseconds of each and their sum."""
+    """The stages of one search, called in sequence; milliseconds of each and their sum. Each runner call has the
+    deadline ragserve gives it (``RAGSERVE_UPSTREAM__EMBED_TIMEOUT_S``, ``..._RERANK_TIMEOUT_S``), so that under
+    overload both paths give up at the same point instead of this one queueing without end."""
     out: dict[str, float] = {}
     t = time.perf_counter()
-    r = await runner.post(f"{s.embed_url}/v1/embeddings", json=embed_body(query, s.max_model_len))
+    r = await runner.post(f"{s.embed_url}/v1/embeddings", json=embed_body(query, s.max_model_len),
+                          timeout=UPSTREAM.embed_timeout_s)
     r.raise_for_status()
     vector = np.frombuffer(base64.b64decode(r.json()["data"][0]["embedding"]), dtype="<f4").tolist()
     out["embed"] = (time.perf_counter() - t) * 1000
@@ -107,7 +111,8 @@ async def direct_search(s: Stack, runner: httpx.AsyncClient, query: str, mode: s
     if rerank:
         t = time.perf_counter()
         r = await runner.post(f"{s.rerank_url}/rerank", json=rerank_body(query, [h.text for h in hits],
-                                                                          s.max_model_len))
+                                                                          s.max_model_len),
+                              timeout=UPSTREAM.rerank_timeout_s)
         r.raise_for_status()
         assert len(r.json()["results"]) == len(hits)
         out["rerank"] = (time.perf_counter() - t) * 1000
@@ -138,17 +143,21 @@ async def sequential(s: Stack, api: httpx.AsyncClient, runner: httpx.AsyncClient
     api_ms: list[dict[str, float]] = []
     direct_ms: list[dict[str, float]] = []
     errors = direct_errors = 0
+    first: list[str] = []
     for a, d in zip(api_q, direct_q, strict=True):
         try:
             api_ms.append(await api_search(api, a, mode, rerank))
-        except (RuntimeError, httpx.HTTPError):
+        except (RuntimeError, httpx.HTTPError) as exc:
             errors += 1
+            first.append(f"API: {exc!r}")
         try:
             direct_ms.append(await direct_search(s, runner, d, mode, rerank))
-        except httpx.HTTPError:
+        except httpx.HTTPError as exc:
             direct_errors += 1
+            first.append(f"direct: {exc!r}")
     if not api_ms or not direct_ms:
-        raise RuntimeError(f"{mode} rerank {rerank}: every search failed ({errors} API, {direct_errors} direct)")
+        raise RuntimeError(f"{mode} rerank {rerank}: every search failed ({errors} API, {direct_errors} direct): "
+                           + "; ".join(first[:4]))
     return {"api": {k: stats([x[k] for x in api_ms if k in x]) for k in api_ms[0]},
             "direct": {k: stats([x[k] for x in direct_ms]) for k in direct_ms[0]}, "api_errors": errors,
             "direct_errors": direct_errors}
@@ -216,7 +225,7 @@ async def run_all(s: Stack, *, queries: list[str], n_seq: int, n_seq_rerank: int
 
 
 def measure(*, embed_url: str, rerank_url: str, max_model_len: int = 2048, points: int = 10_000,
-            n_seq: int = 100, n_seq_rerank: int = 30, concurrency: int = 32, duration_s: float = 10.0,
+            n_seq: int = 60, n_seq_rerank: int = 6, concurrency: int = 32, duration_s: float = 10.0,
             configs: list[tuple[str, bool]] | None = None,
             concurrent_configs: list[tuple[str, bool]] | None = None) -> dict[str, Any]:
     configs = configs or CONFIGS

@@ -3,8 +3,15 @@
 request by request so both paths see the same machine; every request has a query and documents of its own
 (the runner's prefix cache would serve a repeated body), so the two paths get different but like samples.
 
-Short documents are SciFact titles (about 15 words), long ones SciFact abstracts (a few hundred tokens; the
-runner's window holds them). Queries are SciFact's test claims. The API is ``ragserve serve`` (qwen3 profile,
+Short documents are SciFact titles (about 15 words), long ones SciFact abstracts cut to fit the runner's window
+with the prompt around them (``window - template_tokens``; the tiny test tokenizer spends a token on every few
+letters, so most abstracts are cut). Queries are SciFact's test claims.
+
+Found on the way: a document longer than the window is refused by ``/v1/rerank`` (the runner's 400, answered as
+422 ``upstream_rejected_input``), while ``/v1/search``'s rerank stage sends ``truncate_prompt_tokens``, which a
+vLLM pooling runner applies to the end of the whole prompt: it cuts the document's tail *and* the template's
+closing ``<|im_end|>\n<|im_start|>assistant\n<think>...`` turn, where the yes/no score is read. Neither cuts
+the document alone, which is what the prompt format needs. The API is ``ragserve serve`` (qwen3 profile,
 the tiny Qwen3 reranker runner) in its own process (``tests/bench/bench_api_search.py: api_process``).
 """
 
@@ -40,11 +47,31 @@ def scifact_texts(n: int) -> tuple[list[str], list[str], list[str]]:
     return titles, abstracts, queries
 
 
-def measure(*, embed_url: str, rerank_url: str, max_model_len: int = 2048, requests: int = 6,
-            candidates: tuple[int, ...] = (32, 100)) -> dict[str, Any]:
+def fit(runner: httpx.Client, model: str, texts: list[str], limit: int) -> tuple[list[str], int]:
+    """``texts`` cut (at a word) to at most ``limit`` tokens of the runner's tokenizer, and how many were cut.
+    ``/v1/rerank`` forwards documents as they are, and the runner refuses a prompt past its window (a 422 from
+    ragserve): see the module docstring."""
+    out, cut = [], 0
+    for text in texts:
+        for _ in range(8):
+            n = runner.post("/tokenize", json={"model": model, "prompt": text}).json()["count"]
+            if n <= limit:
+                break
+            text = text[: int(len(text) * limit / n * 0.95)].rsplit(" ", 1)[0]
+        else:
+            raise RuntimeError(f"could not cut a document to {limit} tokens")
+        cut += text != texts[len(out)]
+        out.append(text)
+    return out, cut
+
+
+def measure(*, embed_url: str, rerank_url: str, max_model_len: int = 2048, requests: int = 3,
+            candidates: tuple[int, ...] = (32, 100), template_tokens: int = 300) -> dict[str, Any]:
     titles, abstracts, queries = scifact_texts(max(candidates) * 2)
     model = QWEN3.reranker
     assert model is not None
+    with httpx.Client(base_url=rerank_url, timeout=60) as runner:
+        abstracts, cut = fit(runner, model.name, abstracts, max_model_len - template_tokens)
     rows = []
     print(f"rerank: {requests} requests per configuration and path", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-rerank-") as tmp, \
@@ -82,7 +109,8 @@ def measure(*, embed_url: str, rerank_url: str, max_model_len: int = 2048, reque
                 print(f"  {kind} x {n}: ragserve {row['ragserve_docs_per_s']:.0f} docs/s, runner "
                       f"{row['runner_docs_per_s']:.0f} docs/s", flush=True)
                 rows.append(row)
-    return {"scenario": "rerank", "model": model.name, "requests": requests, "rows": rows}
+    return {"scenario": "rerank", "model": model.name, "requests": requests, "rows": rows,
+            "long_documents_cut": cut, "long_document_limit_tokens": max_model_len - template_tokens}
 
 
 COLUMNS = [("docs", "documents", ""), ("candidates", "candidates", "d"),
@@ -94,7 +122,9 @@ COLUMNS = [("docs", "documents", ""), ("candidates", "candidates", "d"),
 
 def report(result: dict[str, Any]) -> str:
     return "\n".join([f"rerank throughput, {result['model']} (tiny random checkpoint), {result['requests']} "
-                      "requests each, alternating ragserve / runner", table(result["rows"], COLUMNS)])
+                      "requests each, alternating ragserve / runner", table(result["rows"], COLUMNS),
+                      f"long documents: {result.get('long_documents_cut', '?')} of them cut to "
+                      f"{result.get('long_document_limit_tokens', '?')} tokens to fit the runner's window"])
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
