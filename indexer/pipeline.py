@@ -77,14 +77,14 @@ class Pipeline:
     async def run(self, job: Job, cancelled: asyncio.Event, lease: Lease) -> None:
         """Run the job while ``lease`` holds: it is checked right before every embedding request and every
         store write, and a lost lease (:class:`LeaseLost`) stops the job with its batches cancelled."""
-        token = bind(RequestContext(f"job-{job.id}", IngestSpec.model_validate(job.spec).submitted_by))
+        token = bind(RequestContext(f"job-{job.id}", IngestSpec.model_validate(job.spec, strict=False).submitted_by))
         try:
             await self._run(job, cancelled, lease)
         finally:
             unbind(token)
 
     async def _run(self, job: Job, cancelled: asyncio.Event, lease: Lease) -> None:
-        spec = IngestSpec.model_validate(job.spec)
+        spec = IngestSpec.model_validate(job.spec, strict=False)  # our own JSON, read back: a tenant is a dict
         self._loop = asyncio.get_running_loop()
         cfg = self.settings.indexer
         info = await self.store.describe(job.collection)

@@ -196,7 +196,7 @@ def cmd_runners_up(args: argparse.Namespace) -> None:
     with running(specs, log_dir=settings.data_dir / "logs", timeout_s=settings.runners.startup_timeout_s,
                  supervise=True) as procs:
         for p in procs:
-            print(f"  {p.spec.name}: {p.spec.url}  model={p.spec.served_name}  log={p.log_path}", flush=True)
+            print(f"  {p.spec.label}: {p.spec.url}  model={p.spec.served_name}  log={p.log_path}", flush=True)
         print("runners healthy (a runner that exits is restarted, with backoff); Ctrl-C stops them.", flush=True)
         signal.pause()
 

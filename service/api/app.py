@@ -44,12 +44,12 @@ async def build_services(
     store_client: AsyncQdrantClient | None = None,
 ) -> Services:
     """Create every client. ``transports`` (tests only) replaces the network edge of a runner client;
-    ``resolver`` (tests only) replaces the DNS edge of the URL fetcher; ``store_client`` (tests only) runs
-    the Qdrant server backend on the given qdrant-client (its local mode)."""
+    ``resolver`` (tests only) replaces the DNS edge of the URL fetcher and of the runner pools' ``dns+`` names;
+    ``store_client`` (tests only) runs the Qdrant server backend on the given qdrant-client (its local mode)."""
     profile = get_profile(settings.profile)
     up = settings.upstream
-    embedder = embedding_client(settings, profile, transports)
-    reranker = rerank_client(settings, profile, transports)
+    embedder = embedding_client(settings, profile, transports, resolver)
+    reranker = rerank_client(settings, profile, transports, resolver)
     jobs = await open_queue(settings)
     try:
         store = await open_store(settings, client=store_client)
@@ -74,7 +74,7 @@ async def build_services(
         services.generator = GenerationClient(
             runner_client(settings, "generate", settings.runners.generate_url, gs.timeout_s,
                           max_concurrency=gs.max_concurrency, unavailable_code="generation_unavailable",
-                          transports=transports), model,
+                          transports=transports, resolver=resolver), model,
             adapters=gs.lora_adapters,
         )
         services.image_queries = ImageQueryWriter(
@@ -84,6 +84,9 @@ async def build_services(
             services.generator, media, search_service, services.image_queries, settings,
             observe_stage=metrics.observe_stage,
         )
+    metrics.replicas.watch(
+        r.runner for r in (services.embedder, services.reranker, services.generator) if r is not None
+    )
     return services
 
 

@@ -1,4 +1,5 @@
-"""Prometheus metrics: request counts and latency per route, latency per pipeline stage, upstream errors.
+"""Prometheus metrics: request counts and latency per route, latency per pipeline stage, upstream errors, and
+per runner replica (:mod:`service.observability.replica_metrics`).
 
 One registry per app, so several apps (tests) never collide on global collectors.
 """
@@ -9,6 +10,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.observability.replica_metrics import ReplicaCollector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -30,6 +33,8 @@ class Metrics:
         self.upstream_errors = Counter(
             "ragserve_upstream_errors", "Errors from runners", ["runner", "code"], registry=self.registry
         )
+        self.replicas = ReplicaCollector()
+        self.registry.register(self.replicas)
 
     def observe_stage(self, stage: str, seconds: float) -> None:
         self.stage.labels(stage).observe(seconds)

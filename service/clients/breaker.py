@@ -45,6 +45,17 @@ class Breaker:
     def open(self) -> bool:
         return self.state != "closed"
 
+    @property
+    def trial_free(self) -> bool:
+        """Half-open with no trial call out: the next call admitted is the trial."""
+        return self.state == "half_open" and not self._trial_out
+
+    def next_probe_in(self) -> float:
+        """Seconds until a probe is due (0 when one is due now or the breaker is not open)."""
+        if self.state != "open":
+            return 0.0
+        return max(0.0, self._interval_s - (time.monotonic() - self._last_probe))
+
     def succeeded(self) -> None:
         self._failures = 0
         self._half_open = self._trial_out = False

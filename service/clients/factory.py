@@ -12,6 +12,7 @@ from service.clients.rerank import RerankClient
 from service.clients.runner import RunnerClient
 from service.config import Settings
 from service.profiles import Profile
+from service.security.fetch import Resolver
 
 Transports = Mapping[str, httpx.AsyncBaseTransport]
 """Tests only: a runner's network edge replaced (``httpx.MockTransport``), by runner name."""
@@ -23,7 +24,10 @@ def window(model_max: int, settings: Settings) -> int:
 
 
 def runner_client(settings: Settings, name: str, url: str, timeout_s: float, *, max_concurrency: int | None = None,
-                  unavailable_code: str | None = None, transports: Transports | None = None) -> RunnerClient:
+                  unavailable_code: str | None = None, transports: Transports | None = None,
+                  resolver: Resolver | None = None) -> RunnerClient:
+    """``url`` is the runner's URL setting: one replica, several, or a ``dns+`` name (a pool of them);
+    ``resolver`` (tests only) replaces the DNS edge of ``dns+`` names."""
     up = settings.upstream
     return RunnerClient(
         name, url, timeout_s=timeout_s, connect_timeout_s=up.connect_timeout_s,
@@ -31,17 +35,21 @@ def runner_client(settings: Settings, name: str, url: str, timeout_s: float, *, 
         retries=up.retries, backoff_s=up.backoff_s, bulk_max_inflight=up.bulk_max_inflight,
         bulk_priority=up.bulk_priority,
         breaker_threshold=up.breaker_threshold, probe_interval_s=up.probe_interval_s,
-        probe_timeout_s=up.probe_timeout_s, unavailable_retry_after_s=up.unavailable_retry_after_s,
-        unavailable_code=unavailable_code, transport=(transports or {}).get(name),
+        probe_timeout_s=up.probe_timeout_s, health_interval_s=up.health_interval_s,
+        dns_refresh_s=up.dns_refresh_s, affinity_load_factor=up.affinity_load_factor,
+        unavailable_retry_after_s=up.unavailable_retry_after_s,
+        unavailable_code=unavailable_code, transport=(transports or {}).get(name), resolver=resolver,
     )
 
 
-def embedding_client(settings: Settings, profile: Profile, transports: Transports | None = None) -> EmbeddingClient:
+def embedding_client(settings: Settings, profile: Profile, transports: Transports | None = None,
+                     resolver: Resolver | None = None) -> EmbeddingClient:
     if settings.embed_dimensions is not None:
         profile.embedding.check_dimensions(settings.embed_dimensions)
     up = settings.upstream
     return EmbeddingClient(
-        runner_client(settings, "embedding", settings.runners.embed_url, up.embed_timeout_s, transports=transports),
+        runner_client(settings, "embedding", settings.runners.embed_url, up.embed_timeout_s, transports=transports,
+                      resolver=resolver),
         profile.embedding,
         dimensions=settings.embed_dimensions,
         truncate_tokens=window(profile.embedding.max_tokens, settings),
@@ -51,12 +59,13 @@ def embedding_client(settings: Settings, profile: Profile, transports: Transport
     )
 
 
-def rerank_client(settings: Settings, profile: Profile, transports: Transports | None = None) -> RerankClient | None:
+def rerank_client(settings: Settings, profile: Profile, transports: Transports | None = None,
+                  resolver: Resolver | None = None) -> RerankClient | None:
     if profile.reranker is None:
         return None
     return RerankClient(
         runner_client(settings, "rerank", settings.runners.rerank_url, settings.upstream.rerank_timeout_s,
-                      transports=transports),
+                      transports=transports, resolver=resolver),
         profile.reranker,
         instruction=settings.rerank_instruction,
         truncate_tokens=window(profile.reranker.max_tokens, settings),

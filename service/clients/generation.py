@@ -3,6 +3,9 @@
 The model a request names picks what answers it: the base model (its served name, or no name), or one of
 the LoRA adapters the runner was started with (``--lora-modules name=path``). Adapters are declared at
 start-up only; ragserve never asks vLLM to load one at run time.
+
+Every request is routed by its prompt prefix (:mod:`service.generation.affinity`): with several generator
+replicas, the same system prompt, image and context keep landing on the replica whose prefix cache holds them.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 from service.clients.errors import UpstreamError
 from service.clients.runner import RunnerClient
 from service.errors import NotFound
+from service.generation.affinity import prefix_key
 from service.profiles import GeneratorModel
 
 
@@ -39,7 +43,7 @@ class GenerationClient:
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """A whole (non-streamed) chat completion. Not retried: a generation is not idempotent work."""
         payload = await self.runner.post_json("/v1/chat/completions", {**body, "stream": False}, lane="query",
-                                              idempotent=False)
+                                              idempotent=False, affinity=_affinity(body))
         if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list) or not payload["choices"]:
             raise UpstreamError(self.runner.name, "chat completion has an unexpected shape")
         return payload
@@ -54,7 +58,8 @@ class GenerationClient:
     @asynccontextmanager
     async def stream(self, body: dict[str, Any]) -> AsyncIterator[AsyncIterator[tuple[str, Any]]]:
         """Open a streamed completion; the block gets its events, ``(raw, decoded)``, until ``[DONE]``."""
-        async with self.runner.stream_post("/v1/chat/completions", {**body, "stream": True}) as response:
+        async with self.runner.stream_post("/v1/chat/completions", {**body, "stream": True},
+                                           affinity=_affinity(body)) as response:
             yield self.runner.sse_events(response)
 
     async def check_available(self) -> None:
@@ -63,3 +68,7 @@ class GenerationClient:
 
     async def health(self) -> bool:
         return await self.runner.health()
+
+
+def _affinity(body: dict[str, Any]) -> str | None:
+    return prefix_key(body.get("messages") or [], model=body.get("model"))

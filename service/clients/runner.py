@@ -14,8 +14,15 @@ backoff. Retry policy, inside that deadline:
   retries connection failures and waits out a runner that is down for as long as its deadline allows, so an
   indexing job waits for a runner to come back while an HTTP caller hears 503 at once.
 
-A runner that fails ``breaker_threshold`` connections in a row is taken as down (:mod:`service.clients.breaker`):
-queries then answer 503 with ``Retry-After`` at once, after at most one short ``/health`` probe.
+A runner is a pool of replicas (:mod:`service.clients.pool`): one URL, several, or a ``dns+`` name that
+resolves to several. Each attempt goes to the replica the routing picks (:mod:`service.clients.routing`):
+fewest in flight, or, for a call with an ``affinity`` key (chat: its prompt prefix), the key's replica on a
+hash ring. A replica that fails ``breaker_threshold`` connections in a row is taken out
+(:mod:`service.clients.breaker`, one per replica) until its ``/health`` answers again. A retryable failure
+is retried at once on a replica this call has not tried, while there is one that is serving (no backoff:
+another server owes nothing to this one's trouble); only then do the backoff and the ``retries`` count apply.
+All of it stays inside the call's one deadline. When no replica is serving, queries answer 503 with
+``Retry-After`` at once, after at most one short ``/health`` probe.
 """
 
 from __future__ import annotations
@@ -23,13 +30,12 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 
-from service.clients.breaker import Breaker
 from service.clients.errors import (
     UpstreamError,
     UpstreamOverloaded,
@@ -38,7 +44,11 @@ from service.clients.errors import (
     UpstreamUnavailable,
 )
 from service.clients.lanes import Lane, Lanes
+from service.clients.pool import ReplicaPool
+from service.clients.replica import Replica, ReplicaStats
+from service.clients.targets import parse_targets
 from service.deadline import Deadline
+from service.security.fetch import Resolver
 
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
 MAX_RETRY_AFTER_S = 5.0
@@ -49,7 +59,7 @@ class RunnerClient:
     def __init__(
         self,
         name: str,
-        base_url: str,
+        base_url: str | Sequence[str],
         *,
         timeout_s: float,
         connect_timeout_s: float = 2.0,
@@ -62,16 +72,24 @@ class RunnerClient:
         breaker_threshold: int = 3,
         probe_interval_s: float = 1.0,
         probe_timeout_s: float = 1.0,
+        health_interval_s: float = 2.0,
+        dns_refresh_s: float = 5.0,
+        affinity_load_factor: float = 1.25,
         unavailable_retry_after_s: float = 5.0,
         unavailable_code: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
-        """``unavailable_code`` replaces ``upstream_unavailable`` in this runner's 503s (the generator's
+        """``base_url`` is the runner's URL setting: one URL, several (a comma-separated or JSON list), or
+        ``dns+http://name:port`` entries (:mod:`service.clients.targets`). ``max_concurrency`` and
+        ``bulk_max_inflight`` bound the whole runner (all its replicas), per process.
+
+        ``unavailable_code`` replaces ``upstream_unavailable`` in this runner's 503s (the generator's
         say ``generation_unavailable``, so a client can tell which capability is away). ``bulk_priority``,
         when not 0, is sent as vLLM's request ``priority`` with bulk calls (the runner must run
-        ``--scheduling-policy priority``): vLLM then schedules waiting queries (priority 0) first."""
+        ``--scheduling-policy priority``): vLLM then schedules waiting queries (priority 0) first.
+        ``transport`` and ``resolver`` replace the network and DNS edges (tests)."""
         self.name = name
-        self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self._connect_timeout_s = connect_timeout_s
         self._retries = retries
@@ -81,91 +99,68 @@ class RunnerClient:
         self._bulk_priority = bulk_priority
         self.lanes = Lanes(name, query_slots=max_concurrency, bulk_slots=bulk_max_inflight,
                            acquire_timeout_s=acquire_timeout_s)
-        self.breaker = Breaker(self._probe, threshold=breaker_threshold, interval_s=probe_interval_s,
-                               probe_timeout_s=probe_timeout_s)
+        self.pool = ReplicaPool(
+            name, parse_targets(base_url), transport=transport, resolver=resolver,
+            breaker_threshold=breaker_threshold, probe_interval_s=probe_interval_s, probe_timeout_s=probe_timeout_s,
+            health_interval_s=health_interval_s, dns_refresh_s=dns_refresh_s,
+            affinity_load_factor=affinity_load_factor,
+        )
         self._http = httpx.AsyncClient(
-            base_url=self.base_url,
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
             limits=httpx.Limits(max_connections=self.lanes.total, max_keepalive_connections=self.lanes.total),
             transport=transport,
         )
 
+    @property
+    def replicas(self) -> list[Replica]:
+        return self.pool.replicas
+
+    def replica_stats(self) -> list[ReplicaStats]:
+        """What each replica is doing now (the per-replica metrics)."""
+        return self.pool.stats()
+
     async def aclose(self) -> None:
+        await self.pool.aclose()
         await self._http.aclose()
 
     async def health(self, timeout_s: float = 2.0) -> bool:
-        try:
-            response = await self._http.get("/health", timeout=timeout_s)
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
-
-    async def _probe(self, timeout_s: float) -> bool:
-        try:
-            return await asyncio.wait_for(self.health(timeout_s), timeout_s + 0.1)
-        except asyncio.TimeoutError:
-            return False
+        """Whether some replica answers ``/health``."""
+        return await self.pool.health(timeout_s)
 
     async def post_json(
         self, path: str, body: dict[str, Any], *, lane: Lane = "query", idempotent: bool = True,
-        timeout_s: float | None = None, wait_while_down: bool = False,
+        timeout_s: float | None = None, wait_while_down: bool = False, affinity: str | None = None,
     ) -> Any:
         """POST ``body`` and return the decoded JSON answer, or raise an :class:`UpstreamError`.
 
         ``timeout_s`` replaces the client's timeout as this call's deadline (bulk embedding waits longer than
-        a query); the slot, every attempt and every backoff fit in it.
+        a query); the slot, every attempt and every backoff fit in it. ``affinity`` (a prompt prefix key)
+        routes by consistent hashing instead of to the replica with the fewest requests in flight.
         """
         deadline = Deadline(timeout_s or self.timeout_s)
         if lane == "bulk" and self._bulk_priority:
             body = {**body, "priority": self._bulk_priority}
         async with self.lanes.slot(lane, deadline):
             return await self._post_with_retries(path, body, idempotent=idempotent, deadline=deadline,
-                                                 wait_while_down=wait_while_down)
+                                                 wait_while_down=wait_while_down, affinity=affinity)
 
     @asynccontextmanager
     async def stream_post(
-        self, path: str, body: dict[str, Any], *, timeout_s: float | None = None
+        self, path: str, body: dict[str, Any], *, timeout_s: float | None = None, affinity: str | None = None,
     ) -> AsyncIterator[httpx.Response]:
         """POST ``body`` and hold the streamed answer open (and one query slot taken) for the ``async with``
         block.
 
         A 4xx/5xx answer raises the same :class:`UpstreamError` as :meth:`post_json`, before the block runs,
         so the caller can still answer in the error envelope. A connection that could not be made is retried
-        inside the deadline (nothing was sent); nothing else is. Leaving the block (also by cancellation, when
-        the client went away) closes the connection, which makes vLLM abort the request and free its slot in
-        the batch.
+        inside the deadline (nothing was sent), on another replica when there is one; nothing else is. Leaving
+        the block (also by cancellation, when the client went away) closes the connection, which makes vLLM
+        abort the request and free its slot in the batch.
         """
         timeout_s = timeout_s or self.timeout_s
         deadline = Deadline(timeout_s)
         async with self.lanes.slot("query", deadline):
-            attempt = 0
-            while True:
-                trial = await self._admit(deadline, wait_while_down=False)
-                connect = min(self._connect_timeout_s, deadline.remaining())
-                request = self._http.build_request(
-                    "POST", path, json=body, timeout=httpx.Timeout(timeout_s, connect=connect)
-                )
-                try:
-                    response = await asyncio.wait_for(self._http.send(request, stream=True), deadline.remaining())
-                except asyncio.CancelledError:
-                    if trial:
-                        self.breaker.release_trial()
-                    raise
-                except (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as exc:
-                    self.breaker.failed(connection=False)
-                    raise UpstreamTimeout(self.name, f"no answer within {timeout_s:g}s") from exc
-                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                    self.breaker.failed()
-                    if not self._may_retry(attempt, deadline, None):
-                        raise self._unavailable(f"cannot connect ({type(exc).__name__})") from exc
-                    await asyncio.sleep(self._delay(attempt, None))
-                    attempt += 1
-                    continue
-                except httpx.TransportError as exc:
-                    self.breaker.failed()
-                    raise self._unavailable(f"connection lost ({type(exc).__name__})") from exc
-                self.breaker.succeeded()
-                break
+            replica, response = await self._open_stream(path, body, deadline, affinity)
             try:
                 if response.status_code >= 400:
                     await response.aread()
@@ -173,6 +168,50 @@ class RunnerClient:
                 yield response
             finally:
                 await response.aclose()
+                replica.in_flight -= 1
+
+    async def _open_stream(
+        self, path: str, body: dict[str, Any], deadline: Deadline, affinity: str | None
+    ) -> tuple[Replica, httpx.Response]:
+        """The replica and its answer's head, with one request counted in flight there (the caller ends it)."""
+        attempt = 0
+        tried: list[Replica] = []
+        while True:
+            replica, trial = await self._admit(deadline, wait_while_down=False, affinity=affinity, tried=tried)
+            connect = min(self._connect_timeout_s, deadline.remaining())
+            request = self._http.build_request(
+                "POST", replica.url + path, json=body, timeout=httpx.Timeout(deadline.timeout_s, connect=connect)
+            )
+            replica.in_flight += 1
+            try:
+                response = await asyncio.wait_for(self._http.send(request, stream=True), deadline.remaining())
+            except BaseException as exc:
+                replica.in_flight -= 1
+                if isinstance(exc, asyncio.CancelledError):
+                    if trial:
+                        replica.breaker.release_trial()
+                    raise
+                if isinstance(exc, (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout)):
+                    replica.failed("timeout", connection=False)
+                    raise UpstreamTimeout(self.name, f"no answer within {deadline.timeout_s:g}s") from exc
+                if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+                    replica.failed("connect", connection=True)
+                    tried.append(replica)
+                    if self.pool.untried_serving(tried) and deadline.allows(0.0):
+                        continue
+                    if not self._may_retry(attempt, deadline, None):
+                        raise self._unavailable(f"cannot connect ({type(exc).__name__})") from exc
+                    await asyncio.sleep(self._delay(attempt, None))
+                    attempt += 1
+                    continue
+                if isinstance(exc, httpx.TransportError):
+                    replica.failed("lost", connection=True)
+                    raise self._unavailable(f"connection lost ({type(exc).__name__})") from exc
+                raise
+            replica.breaker.succeeded()
+            if response.status_code >= 400:
+                replica.errors["status"] += 1
+            return replica, response
 
     async def sse_events(self, response: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
         """The ``data:`` events of a server-sent-events answer as ``(raw, decoded)``; ends at ``[DONE]``.
@@ -196,48 +235,59 @@ class RunnerClient:
             raise self._unavailable(f"stream broken ({type(exc).__name__})") from exc
 
     async def _post_with_retries(
-        self, path: str, body: dict[str, Any], *, idempotent: bool, deadline: Deadline, wait_while_down: bool
+        self, path: str, body: dict[str, Any], *, idempotent: bool, deadline: Deadline, wait_while_down: bool,
+        affinity: str | None,
     ) -> Any:
         attempt = 0
+        tried: list[Replica] = []
         while True:
-            trial = await self._admit(deadline, wait_while_down=wait_while_down)
+            replica, trial = await self._admit(deadline, wait_while_down=wait_while_down, affinity=affinity,
+                                               tried=tried)
             retry_after: float | None = None
-            try:
-                # The httpx timeouts bound each phase; wait_for bounds the whole attempt by what is left.
-                left = deadline.remaining()
-                timeout = httpx.Timeout(left, connect=min(self._connect_timeout_s, left))
-                response = await asyncio.wait_for(self._http.post(path, json=body, timeout=timeout), left)
-            except asyncio.CancelledError:
-                if trial:
-                    self.breaker.release_trial()
-                raise
-            except (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as exc:
-                self.breaker.failed(connection=False)
-                raise UpstreamTimeout(self.name, f"no answer within {deadline.timeout_s:g}s") from exc
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent: safe to send again
-                self.breaker.failed()
-                failure: UpstreamError = self._unavailable(f"cannot connect ({type(exc).__name__})")
-                cause: BaseException | None = exc
-                retryable = connection = True
-            except httpx.TransportError as exc:  # lost mid-request: the runner may have done the work
-                self.breaker.failed()
-                failure = self._unavailable(f"connection lost ({type(exc).__name__})")
-                cause, retryable, connection = exc, idempotent, True
-            else:
-                self.breaker.succeeded()
-                if response.status_code in RETRYABLE_STATUS:
-                    retry_after = _retry_after(response)
-                    failure = self._status_error(response, retry_after)
-                    cause, retryable, connection = None, idempotent, False
-                elif response.status_code >= 400:
-                    raise self._status_error(response, None)
+            with replica.sending():
+                try:
+                    # The httpx timeouts bound each phase; wait_for bounds the whole attempt by what is left.
+                    left = deadline.remaining()
+                    timeout = httpx.Timeout(left, connect=min(self._connect_timeout_s, left))
+                    response = await asyncio.wait_for(
+                        self._http.post(replica.url + path, json=body, timeout=timeout), left)
+                except asyncio.CancelledError:
+                    if trial:
+                        replica.breaker.release_trial()
+                    raise
+                except (asyncio.TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout) as exc:
+                    replica.failed("timeout", connection=False)
+                    raise UpstreamTimeout(self.name, f"no answer within {deadline.timeout_s:g}s") from exc
+                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent: safe to send again
+                    replica.failed("connect", connection=True)
+                    failure: UpstreamError = self._unavailable(f"cannot connect ({type(exc).__name__})")
+                    cause: BaseException | None = exc
+                    retryable = connection = True
+                except httpx.TransportError as exc:  # lost mid-request: the runner may have done the work
+                    replica.failed("lost", connection=True)
+                    failure = self._unavailable(f"connection lost ({type(exc).__name__})")
+                    cause, retryable, connection = exc, idempotent, True
                 else:
-                    try:
-                        return response.json()
-                    except ValueError as exc:
-                        raise UpstreamError(self.name, "answered with invalid JSON") from exc
+                    replica.breaker.succeeded()
+                    if response.status_code in RETRYABLE_STATUS:
+                        replica.errors["status"] += 1
+                        retry_after = _retry_after(response)
+                        failure = self._status_error(response, retry_after)
+                        cause, retryable, connection = None, idempotent, False
+                    elif response.status_code >= 400:
+                        raise self._status_error(response, None)
+                    else:
+                        try:
+                            return response.json()
+                        except ValueError as exc:
+                            raise UpstreamError(self.name, "answered with invalid JSON") from exc
+            if not retryable:
+                raise failure from cause
+            tried.append(replica)
+            if self.pool.untried_serving(tried) and deadline.allows(0.0):
+                continue  # another replica, at once
             outwait = wait_while_down and connection
-            if not retryable or not self._may_retry(attempt, deadline, retry_after, outwait=outwait):
+            if not self._may_retry(attempt, deadline, retry_after, outwait=outwait):
                 raise failure from cause
             await asyncio.sleep(self._delay(attempt, retry_after))
             attempt += 1
@@ -245,21 +295,22 @@ class RunnerClient:
     async def check_available(self) -> None:
         """Raise :class:`UpstreamUnavailable` now when the runner is known down (and a due probe agrees): a
         caller with work to do before its request (retrieval before generation) need not do it in vain."""
-        if await self.breaker.known_down(Deadline(self._connect_timeout_s)):
-            raise self._unavailable("runner is down (its /health does not answer)")
+        if await self.pool.known_down(Deadline(self._connect_timeout_s)):
+            raise self._unavailable(f"runner is down ({self.pool.why_down()})")
 
-    async def _admit(self, deadline: Deadline, *, wait_while_down: bool) -> bool:
-        """Go ahead unless the runner is known down: then fail now, or with ``wait_while_down`` wait for it
-        within the deadline. True when this attempt is the breaker's half-open trial."""
-        if wait_while_down:
-            admitted = await self.breaker.wait_admitted(deadline)
-        else:
-            admitted = await self.breaker.admit(deadline)
-        if not admitted:
-            state = self.breaker.state
-            why = "its /health does not answer" if state == "open" else "coming back: one request at a time tries it"
-            raise self._unavailable(f"runner is down ({why})")
-        return self.breaker.state == "half_open"
+    async def _admit(self, deadline: Deadline, *, wait_while_down: bool, affinity: str | None,
+                     tried: Sequence[Replica]) -> tuple[Replica, bool]:
+        """The replica this attempt goes to, unless none is serving: then fail now, or with
+        ``wait_while_down`` wait for one within the deadline. The flag: this attempt is the replica's
+        half-open trial."""
+        while True:
+            picked = await self.pool.pick(deadline, affinity=affinity, tried=tried)
+            if picked is not None:
+                return picked
+            wait = self.pool.next_chance_in()
+            if not wait_while_down or not deadline.allows(wait):
+                raise self._unavailable(f"runner is down ({self.pool.why_down()})")
+            await asyncio.sleep(max(wait, 0.05))
 
     def _may_retry(self, attempt: int, deadline: Deadline, retry_after: float | None, *,
                    outwait: bool = False) -> bool:

@@ -36,10 +36,15 @@ class ContextPassage:
     text: str
 
 
+QUESTION_SEPARATOR = "\n\nQuestion: "
+"""Between the context and the question in a grounded user turn: what precedes it is the cacheable prefix
+(:mod:`service.generation.affinity` routes by it)."""
+
+
 def format_context(passages: Sequence[ContextPassage], question: str) -> str:
     blocks = "\n\n".join(f"[{p.number}] {p.text}" for p in passages)
-    return f"Context:\n{blocks}\n\nQuestion: {question}" if passages else (
-        f"Context: (no passages were found)\n\nQuestion: {question}")
+    context = f"Context:\n{blocks}" if passages else "Context: (no passages were found)"
+    return f"{context}{QUESTION_SEPARATOR}{question}"
 
 
 def grounded_messages(

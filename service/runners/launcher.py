@@ -18,13 +18,14 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import httpx
 
+from service.clients.targets import split_entries
 from service.config import Settings
 from service.profiles import Profile, default_checkpoint, get_profile, resolve_generator
 from service.runners.engine_args import EngineArgs, option_name
@@ -71,10 +72,17 @@ class RunnerSpec:
     """Its section of ``RAGSERVE_ENGINE__*`` (embed, rerank, generate), named in refusals."""
     extra_args: list[str] = field(default_factory=list)
     """The ``extra_args`` passthrough, already at the end of :attr:`args`."""
+    replica: int = 0
+    """Which of the runner's replicas on this host (one per URL of its setting), 0 for the first."""
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def label(self) -> str:
+        """The name, with the replica's number from the second on (``embedding``, ``embedding-2``, ...)."""
+        return self.name if self.replica == 0 else f"{self.name}-{self.replica + 1}"
 
     def command(self) -> list[str]:
         return [
@@ -88,7 +96,10 @@ class RunnerSpec:
 
 
 def runner_specs(settings: Settings, profile: Profile | None = None, *, cpu: bool | None = None) -> list[RunnerSpec]:
-    """The runners ``profile`` needs, with the flags each model requires on this host."""
+    """The runners ``profile`` needs, with the flags each model requires on this host: one replica per URL of a
+    runner's setting (``http://127.0.0.1:8101,http://127.0.0.1:8111`` starts two embedding runners), each bound
+    to ``RAGSERVE_RUNNERS__HOST`` on its URL's port. A ``dns+`` URL starts one, on its port: its other replicas
+    are other hosts' (pods')."""
     profile = profile or get_profile(settings.profile)
     cpu = vllm_is_cpu_build() if cpu is None else cpu
     rs = settings.runners
@@ -109,7 +120,7 @@ def runner_specs(settings: Settings, profile: Profile | None = None, *, cpu: boo
         emb_args += ["--hf-overrides", json.dumps(emb.hf_overrides)]
     specs = [
         RunnerSpec("embedding", rs.embed_model_path or default_checkpoint(emb), emb.name, rs.host,
-                   _port(rs.embed_url), emb_args, dict(env)),
+                   _ports(rs.embed_url)[0], emb_args, dict(env)),
     ]
     rr = profile.reranker
     if rr is not None:
@@ -119,12 +130,14 @@ def runner_specs(settings: Settings, profile: Profile | None = None, *, cpu: boo
         if template is not None:
             rr_args += ["--chat-template", str(template)]
         specs.append(RunnerSpec("rerank", rs.rerank_model_path or default_checkpoint(rr), rr.name, rs.host,
-                                _port(rs.rerank_url), rr_args, dict(env)))
+                                _ports(rs.rerank_url)[0], rr_args, dict(env)))
     generator = generator_spec(settings, profile, cpu=cpu)
     if generator is not None:
         specs.append(generator)
     for spec in specs:
         _add_engine_args(spec, settings, gpu=not cpu)
+    setting = {"embedding": rs.embed_url, "rerank": rs.rerank_url, "generate": rs.generate_url}
+    specs = [replica for spec in specs for replica in _replicas(spec, _ports(setting[spec.name]))]
     if not cpu:
         _check_gpu_share(settings, specs)
     return specs
@@ -225,7 +238,7 @@ def generator_spec(settings: Settings, profile: Profile, *, cpu: bool) -> Runner
     if gs.speculative_config:
         args += ["--speculative-config", json.dumps(gs.speculative_config)]
     return RunnerSpec("generate", rs.generate_model_path or model.name, model.name, rs.host,
-                      _port(rs.generate_url), args, env, requires)
+                      _ports(rs.generate_url)[0], args, env, requires)
 
 
 def check_command_lines(specs: Sequence[RunnerSpec], *, timeout_s: float = 300.0) -> str:
@@ -267,6 +280,24 @@ def _port(url: str) -> int:
     return port
 
 
+def _ports(setting: str) -> list[int]:
+    """The port of each URL of a runner setting: one replica each, so no two may share one."""
+    ports = [_port(url) for url in split_entries(setting)]
+    if len(set(ports)) != len(ports):
+        raise RunnerConfigError(
+            f"runner URLs {setting!r} repeat a port: the launcher starts one replica per URL on this host "
+            "(replicas on other hosts are started there, and listed here only for ragserve serve)"
+        )
+    return ports
+
+
+def _replicas(spec: RunnerSpec, ports: Sequence[int]) -> list[RunnerSpec]:
+    """``spec`` for its first port, and a copy of it for each further one."""
+    return [spec, *(replace(spec, port=port, replica=i, args=list(spec.args), env=dict(spec.env),
+                            requires=list(spec.requires), extra_args=list(spec.extra_args))
+                    for i, port in enumerate(ports[1:], start=1))]
+
+
 def _die_with_parent() -> None:
     """In the child, before exec: ask Linux to SIGTERM this runner when the launcher dies, so a killed
     launcher never leaves runners holding ports and memory."""
@@ -281,7 +312,7 @@ def _die_with_parent() -> None:
 class RunnerProcess:
     def __init__(self, spec: RunnerSpec, log_dir: Path) -> None:
         self.spec = spec
-        self.log_path = log_dir / f"{spec.name}.log"
+        self.log_path = log_dir / f"{spec.label}.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         """How often the supervisor restarted it (:mod:`service.runners.supervisor`)."""
@@ -290,13 +321,13 @@ class RunnerProcess:
         for path in self.spec.requires:
             if not path.exists():
                 raise RunnerStartError(
-                    f"{self.spec.name} runner needs {path}, which is missing: run deploy/local/setup.sh "
+                    f"{self.spec.label} runner needs {path}, which is missing: run deploy/local/setup.sh "
                     "(or `python -m service.runners.vl_site install`)"
                 )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab" if append_log else "wb")  # noqa: SIM115 - handed to the child, closed with it
         if append_log:  # a restart: the crashed run's log stays above
-            log.write(f"\n--- ragserve: restarting the {self.spec.name} runner ---\n".encode())
+            log.write(f"\n--- ragserve: restarting the {self.spec.label} runner ---\n".encode())
             log.flush()
         self.process = subprocess.Popen(
             self.spec.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -309,10 +340,10 @@ class RunnerProcess:
         assert self.process is not None
         while time.monotonic() < deadline:
             if stop is not None and stop.is_set():
-                raise RunnerStartError(f"{self.spec.name} runner: stopped while starting")
+                raise RunnerStartError(f"{self.spec.label} runner: stopped while starting")
             if self.process.poll() is not None:
                 code = self.process.returncode
-                raise RunnerStartError(f"{self.spec.name} runner exited ({code}):\n{self.log_tail()}")
+                raise RunnerStartError(f"{self.spec.label} runner exited ({code}):\n{self.log_tail()}")
             try:
                 if httpx.get(f"{self.spec.url}/health", timeout=2.0).status_code == 200:
                     return
@@ -322,7 +353,7 @@ class RunnerProcess:
                 stop.wait(0.25)
             else:
                 time.sleep(0.25)
-        raise RunnerStartError(f"{self.spec.name} runner not healthy in time:\n{self.log_tail()}")
+        raise RunnerStartError(f"{self.spec.label} runner not healthy in time:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM the runner's group and wait for it; SIGKILL what is still there after ``timeout_s`` (the

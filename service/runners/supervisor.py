@@ -40,7 +40,7 @@ class Supervisor:
         self.policy = policy or RestartPolicy()
         self._stop = threading.Event()
         self._threads = [
-            threading.Thread(target=self._watch, args=(p,), name=f"supervise-{p.spec.name}", daemon=True)
+            threading.Thread(target=self._watch, args=(p,), name=f"supervise-{p.spec.label}", daemon=True)
             for p in self.processes
         ]
 
@@ -67,7 +67,7 @@ class Supervisor:
                 continue
             runner.restarts += 1
             log.error("%s runner (pid %s) exited with %s; restarting it in %gs (restart %d)",
-                      runner.spec.name, process.pid if process else "?", code, backoff, runner.restarts)
+                      runner.spec.label, process.pid if process else "?", code, backoff, runner.restarts)
             runner.kill_group()
             if self._stop.wait(backoff):
                 return
@@ -79,10 +79,10 @@ class Supervisor:
             except RunnerStartError as exc:
                 if self._stop.is_set():
                     return
-                log.error("%s runner did not come back: %s", runner.spec.name, str(exc).splitlines()[0])
+                log.error("%s runner did not come back: %s", runner.spec.label, str(exc).splitlines()[0])
                 runner.kill_group()  # seen as exited on the next poll: tried again after the next backoff
                 continue
             up_since = time.monotonic()
             assert runner.process is not None
             log.warning("%s runner is back (pid %d, healthy after %.0fs; %d restart(s) so far)",
-                        runner.spec.name, runner.process.pid, up_since - started, runner.restarts)
+                        runner.spec.label, runner.process.pid, up_since - started, runner.restarts)

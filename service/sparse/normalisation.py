@@ -76,7 +76,10 @@ class SparseNormaliser:
             await self.store.set_sparse_settings(name, cfg, stats)
         avg_len = cfg.avg_len
         assert avg_len is not None
-        return [enc.weights(tf, avg_len) for tf in tfs]
+        if len(tfs) <= 16:  # a query, or a few documents
+            return [enc.weights(tf, avg_len) for tf in tfs]
+        # A bulk batch (thousands of texts) is ~100 ms of Python: off the event loop.
+        return await asyncio.to_thread(lambda: [enc.weights(tf, avg_len) for tf in tfs])
 
     async def reencode(self, name: str, cfg: SparseConfig) -> int:
         """Recompute every stored point's sparse vector from its text with ``cfg`` (its ``avg_len``)."""

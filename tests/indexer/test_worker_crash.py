@@ -1,7 +1,12 @@
 """The real ``ragserve serve --with-worker`` process (MiniLM runner, the embedded Qdrant Edge store) killed
 with SIGKILL mid-job, then restarted: the job resumes and ends with every document present once and
 complete. Documents the first run recorded as indexed are skipped by the second, so any acknowledged write
-that the SIGKILL lost (a WAL that did not replay) would show up here as a missing or incomplete document."""
+that the SIGKILL lost (a WAL that did not replay) would show up here as a missing or incomplete document.
+
+Every embedding request of both processes goes through a recording proxy in front of the runner
+(tests/support/embed_proxy.py), so re-embedding is measured, not inferred from the final state: nothing is
+embedded twice within a run, no document the queue had recorded before the kill is embedded again, and the
+documents that both runs embedded are only those of the batches in flight when the first one died."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -18,9 +24,11 @@ import httpx
 from indexer.queue_sqlite import SqliteJobQueue
 from service.store.edge import EdgeStore
 from tests.support.app import API_KEY
+from tests.support.embed_proxy import Call, embed_proxy
 from tests.support.runners import RunnerURLs, free_port
 
 DOCS = 400
+BATCH_TOKENS, INFLIGHT_BATCHES = 150, 2
 
 
 def _serve(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -43,60 +51,92 @@ def _serve(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]
 async def test_sigkill_mid_job_then_restart_indexes_everything_once(runners: RunnerURLs, tmp_path: Path) -> None:
     folder = tmp_path / "docs"
     folder.mkdir()
+    texts: dict[str, str] = {}
     for i in range(DOCS):
-        (folder / f"doc{i:04}.txt").write_text(f"document {i}: a short note about subject {i % 23}")
+        texts[f"doc{i:04}.txt"] = f"document {i}: a short note about subject {i % 23}"
+        (folder / f"doc{i:04}.txt").write_text(texts[f"doc{i:04}.txt"])
     long_words = " ".join(f"token{i}" for i in range(700))  # one multi-chunk document
     (folder / "long.txt").write_text(long_words)
 
+    def doc_of(text: str) -> str:
+        return "long.txt" if text.startswith("token") else next(d for d, t in texts.items() if t == text)
+
     data = tmp_path / "data"
     port = free_port()
-    env = {**os.environ, "RAGSERVE_PROFILE": "minilm", "RAGSERVE_DATA_DIR": str(data), "RAGSERVE_API_KEYS": API_KEY,
-           "RAGSERVE_RUNNERS__EMBED_URL": runners.minilm_embed, "RAGSERVE_INDEXER__BATCH_TOKENS": "150",
-           "RAGSERVE_INDEXER__INFLIGHT_BATCHES": "2", "RAGSERVE_INDEXER__LEASE_S": "3",
-           "RAGSERVE_INDEXER__POLL_S": "0.2", "RAGSERVE_INGEST__ALLOWED_ROOTS": str(tmp_path)}
     log = tmp_path / "serve.log"
-    first = _serve(env, port, log)
-    api = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {API_KEY}"})
-    try:
-        assert (await api.post("/v1/collections", json={"name": "crash"})).status_code == 201
-        r = await api.post("/v1/collections/crash/ingest", json={"source": {"kind": "path", "path": str(folder)}})
-        assert r.status_code == 202, r.text
-        job_id = r.json()["id"]
-        queue = SqliteJobQueue(data / "jobs.sqlite3")
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            current = await queue.get(job_id)
-            assert current is not None and current.state in ("queued", "running"), log.read_text()
-            if current.counts.documents_indexed >= 60:
-                break
-            await asyncio.sleep(0.05)
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)
-    finally:
-        await api.aclose()
-        if first.poll() is None:
-            first.kill()
-    killed_at = await queue.get(job_id)
-    assert killed_at is not None and killed_at.state == "running"
-    assert 0 < killed_at.counts.documents_indexed < DOCS + 1, "kill must land mid-job"
+    with embed_proxy(runners.minilm_embed) as proxy:
+        env = {**os.environ, "RAGSERVE_PROFILE": "minilm", "RAGSERVE_DATA_DIR": str(data),
+               "RAGSERVE_API_KEYS": API_KEY, "RAGSERVE_RUNNERS__EMBED_URL": proxy.url,
+               "RAGSERVE_INDEXER__BATCH_TOKENS": str(BATCH_TOKENS),
+               "RAGSERVE_INDEXER__INFLIGHT_BATCHES": str(INFLIGHT_BATCHES), "RAGSERVE_INDEXER__LEASE_S": "3",
+               "RAGSERVE_INDEXER__POLL_S": "0.2", "RAGSERVE_INGEST__ALLOWED_ROOTS": str(tmp_path)}
+        first = _serve(env, port, log)
+        api = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {API_KEY}"})
+        try:
+            assert (await api.post("/v1/collections", json={"name": "crash"})).status_code == 201
+            r = await api.post("/v1/collections/crash/ingest", json={"source": {"kind": "path", "path": str(folder)}})
+            assert r.status_code == 202, r.text
+            job_id = r.json()["id"]
+            queue = SqliteJobQueue(data / "jobs.sqlite3")
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                current = await queue.get(job_id)
+                assert current is not None and current.state in ("queued", "running"), log.read_text()
+                if current.counts.documents_indexed >= 60:
+                    break
+                await asyncio.sleep(0.05)
+            first.send_signal(signal.SIGKILL)
+            first.wait(10)
+        finally:
+            await api.aclose()
+            if first.poll() is None:
+                first.kill()
+        killed_at = await queue.get(job_id)
+        assert killed_at is not None and killed_at.state == "running"
+        assert 0 < killed_at.counts.documents_indexed < DOCS + 1, "kill must land mid-job"
+        recorded_at_kill = await queue.finished_documents(job_id)
 
-    second = _serve(env, port, log)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            final = await queue.get(job_id)
-            assert final is not None
-            if final.state in ("succeeded", "failed", "cancelled"):
-                break
-            await asyncio.sleep(0.2)
-    finally:
-        second.terminate()
-        second.wait(30)
+        restarted_at = time.monotonic()  # every request after this is the second process's
+        second = _serve(env, port, log)
+        try:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                final = await queue.get(job_id)
+                assert final is not None
+                if final.state in ("succeeded", "failed", "cancelled"):
+                    break
+                await asyncio.sleep(0.2)
+        finally:
+            second.terminate()
+            second.wait(30)
+        calls = list(proxy.calls)
     assert log.read_text().count("Application shutdown complete") == 1, log.read_text()[-2000:]  # flushed, closed
     assert final.state == "succeeded", (final.message, log.read_text()[-2000:])
     assert final.attempts == 2  # the restarted worker took the job over after the lease ran out
     c = final.counts
     assert c.documents_indexed + c.documents_unchanged == DOCS + 1 and c.documents_failed == 0
+
+    # Re-embedding, measured at the network edge.
+    before = [call for call in calls if call.arrived < restarted_at]
+    after = [call for call in calls if call.arrived >= restarted_at]
+
+    def embedded(run: list[Call]) -> Counter[str]:
+        return Counter(t for call in run for t in call.texts)
+
+    first_texts, second_texts = embedded(before), embedded(after)
+    assert max(first_texts.values()) == 1 and max(second_texts.values()) == 1, "a text embedded twice in one run"
+    first_docs, second_docs = {doc_of(t) for t in first_texts}, {doc_of(t) for t in second_texts}
+    assert first_docs | second_docs == set(texts) | {"long.txt"}  # every document embedded
+    assert not second_docs & recorded_at_kill, "a document recorded before the kill was embedded again"
+    again = first_docs & second_docs
+    # What the kill wasted is what was embedded but not yet recorded: at most the batches in flight, each of
+    # about BATCH_TOKENS (a short note is at least 9 MiniLM tokens; a batch closes once it reaches the budget).
+    unrecorded = first_docs - recorded_at_kill
+    assert again <= unrecorded
+    assert len(unrecorded) <= INFLIGHT_BATCHES * (BATCH_TOKENS // 9 + 1), sorted(unrecorded)
+    print(f"embedding calls: {len(before)} before the kill, {len(after)} after; texts {sum(first_texts.values())} + "
+          f"{sum(second_texts.values())}; documents embedded twice: {len(again)} of {DOCS + 1} (embedded but unrecorded at "
+          f"the kill: {len(unrecorded)}; recorded: {len(recorded_at_kill)})")
 
     store = await EdgeStore.open(data / "qdrant")
     try:

@@ -99,3 +99,18 @@ def test_ragserve_serve_refuses_to_start_with_a_typo(tmp_path) -> None:  # type:
         "ragserve: unknown setting(s) in the environment: RAGSERVE_INDEXR__LEASE_S (did you mean "
         "RAGSERVE_INDEXER__LEASE_S?). Every RAGSERVE_ variable must name a setting of service/config.py.")
     assert not (tmp_path / "qdrant").exists()  # nothing was opened
+
+
+def test_runner_urls_take_one_url_a_list_or_a_dns_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGSERVE_RUNNERS__EMBED_URL", '["http://10.0.0.1:8101", "http://10.0.0.2:8101"]')
+    monkeypatch.setenv("RAGSERVE_RUNNERS__RERANK_URL", "http://10.0.0.1:8102, http://10.0.0.2:8102")
+    monkeypatch.setenv("RAGSERVE_RUNNERS__GENERATE_URL", "dns+http://generation-runner-pool:8104")
+    runners = Settings().runners
+    assert runners.embed_url == "http://10.0.0.1:8101,http://10.0.0.2:8101"
+    assert runners.rerank_url == "http://10.0.0.1:8102,http://10.0.0.2:8102"
+    assert runners.generate_url == "dns+http://generation-runner-pool:8104"
+
+
+def test_a_bad_runner_url_is_refused_at_start_up() -> None:
+    with pytest.raises(ValidationError, match="embed_url"):
+        Settings(runners={"embed_url": "http://a:1,runner-b:8101/v1"})

@@ -34,8 +34,8 @@ class ServeProcess:
 
 @contextmanager
 def ragserve_serve(data_dir: Path, embed_url: str, env: Mapping[str, str] | None = None,
-                   timeout_s: float = 120.0) -> Iterator[ServeProcess]:
-    """Start ``python -m service.cli serve --with-worker`` (the minilm profile, the embedded store under
+                   timeout_s: float = 120.0, *, with_worker: bool = True) -> Iterator[ServeProcess]:
+    """Start ``python -m service.cli serve [--with-worker]`` (the minilm profile, the embedded store under
     ``data_dir``), wait for ``/health``, stop it with SIGTERM on exit (SIGKILL after 20 s)."""
     port = free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -47,7 +47,8 @@ def ragserve_serve(data_dir: Path, embed_url: str, env: Mapping[str, str] | None
         "RAGSERVE_HOST": "127.0.0.1", "RAGSERVE_PORT": str(port), **(env or {}),
     }
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--with-worker"], cwd=ROOT,
+        command = [sys.executable, "-m", "service.cli", "serve", *(["--with-worker"] if with_worker else [])]
+        proc = subprocess.Popen(command, cwd=ROOT,
                                 env=full_env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -90,3 +91,40 @@ def peak_rss_bytes(pid: int) -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmHWM for pid {pid}")
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (the API and, by default, its embedded store's own process), from /proc."""
+    pids, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        pids.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as f:
+                    todo += [int(child) for child in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return pids
+
+
+def _sum_status(pids: list[int], field: str) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                total += next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
+        except (FileNotFoundError, ProcessLookupError, StopIteration):
+            continue  # gone meanwhile (or a zombie, which holds no memory)
+    return total
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident set size of a process and its descendants together."""
+    return _sum_status(process_tree(pid), "VmRSS:")
+
+
+def tree_peak_rss_bytes(pid: int) -> int:
+    """The sum of each process's own peak (VmHWM) over a process and its descendants: an upper bound of the
+    tree's peak, since their peaks need not have come at the same moment."""
+    return _sum_status(process_tree(pid), "VmHWM:")

@@ -100,7 +100,7 @@ Metadata = Annotated[
 ]
 def _integral(value: Any) -> Any:
     """JSON Schema's integers include 5.0 (a number with no fraction): so do ours. 5.5, "5" and true do not."""
-    if isinstance(value, float) and value.is_integer() and abs(value) <= INT64_MAX:
+    if isinstance(value, float) and value.is_integer():  # 1e300 too: its bound (a limit, Int64) refuses it
         return int(value)
     return value
 

@@ -9,6 +9,7 @@ secret no request against ``keep`` may reach).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -190,16 +191,33 @@ async def _snapshot(client: httpx.AsyncClient) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 async def api(runners: RunnerURLs, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
+    """One app for the module, entered and left in one task of its own: the app's lifespan holds anyio cancel
+    scopes (the MCP session manager's), which must exit in the task that entered them, and pytest-asyncio runs
+    a fixture's setup and teardown in different tasks."""
     settings = Settings(profile="minilm", data_dir=tmp_path_factory.mktemp("hostile"), api_keys=[API_KEY],
                         runners={"embed_url": runners.minilm_embed})
-    async with app_client(settings, with_worker=True) as client:
-        for name in ("keep", "other"):
-            r = await client.post("/v1/collections", json={"name": name, "filter_fields": {"n": "integer"}})
-            assert r.status_code == 201, r.text
-        assert (await client.post(DOCS, json={"documents": SEED})).status_code == 200
-        r = await client.post("/v1/collections/other/documents", json={"documents": [{"id": "s", "text": SECRET}]})
-        assert r.status_code == 200
-        yield client
+    ready: asyncio.Future[httpx.AsyncClient] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()
+
+    async def hold() -> None:
+        async with app_client(settings, with_worker=True) as client:
+            for name in ("keep", "other"):
+                r = await client.post("/v1/collections", json={"name": name, "filter_fields": {"n": "integer"}})
+                assert r.status_code == 201, r.text
+            assert (await client.post(DOCS, json={"documents": SEED})).status_code == 200
+            r = await client.post("/v1/collections/other/documents",
+                                  json={"documents": [{"id": "s", "text": SECRET}]})
+            assert r.status_code == 200
+            ready.set_result(client)
+            await stop.wait()
+
+    task = asyncio.create_task(hold())
+    await asyncio.wait([task, ready], return_when=asyncio.FIRST_COMPLETED)
+    if not ready.done():
+        await task  # it failed before the app was ready: raise that
+    yield ready.result()
+    stop.set()
+    await task
 
 
 def _assert_refused(r: httpx.Response, status: int, code: str) -> None:

@@ -315,21 +315,21 @@ async def test_a_runner_coming_back_is_tried_by_one_request_at_a_time() -> None:
     client = _client(handler, retries=0, breaker_threshold=1, probe_interval_s=0.2)
     with pytest.raises(UpstreamUnavailable):
         await client.post_json("/x", {})
-    assert client.breaker.state == "open"
+    assert client.replicas[0].breaker.state == "open"
     state["up"] = True
     await asyncio.sleep(0.25)
     trial = asyncio.create_task(client.post_json("/x", {}, timeout_s=0.5))
     await asyncio.sleep(0.05)
-    assert client.breaker.state == "half_open"
+    assert client.replicas[0].breaker.state == "half_open"
     with pytest.raises(UpstreamUnavailable, match="one request at a time"):
         await client.post_json("/x", {})
     with pytest.raises(UpstreamTimeout):
         await trial
-    assert client.breaker.state == "open" and len(sent) == 1
+    assert client.replicas[0].breaker.state == "open" and len(sent) == 1
     state["slow"] = False
     await asyncio.sleep(0.25)
     assert await client.post_json("/x", {}) == {"ok": True}
-    assert client.breaker.state == "closed"
+    assert client.replicas[0].breaker.state == "closed"
     assert await asyncio.gather(*(client.post_json("/x", {}) for _ in range(3))) == [{"ok": True}] * 3
     await client.aclose()
 

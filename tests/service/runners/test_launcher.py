@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from service.config import Settings
-from service.runners.launcher import runner_specs
+from service.runners.launcher import RunnerConfigError, runner_specs
 
 
 def _flag(args: list[str], name: str) -> str:
@@ -54,3 +56,30 @@ def test_bulk_priority_starts_pooling_runners_scheduling_by_priority() -> None:
     emb, rr, gen = runner_specs(Settings(profile="qwen3", upstream={"bulk_priority": 1}), cpu=True)
     assert _flag(emb.args, "--scheduling-policy") == "priority" and _flag(rr.args, "--scheduling-policy") == "priority"
     assert "--scheduling-policy" not in gen.args  # no bulk work goes to the generator
+
+
+def test_one_replica_per_url_each_with_its_port_and_log() -> None:
+    s = Settings(profile="qwen3", runners={"embed_url": "http://127.0.0.1:9001,http://127.0.0.1:9011",
+                                           "generate_url": '["http://127.0.0.1:9004", "http://127.0.0.1:9014"]'},
+                 engine={"embed": {"max_num_seqs": 8}})
+    specs = runner_specs(s, cpu=True)
+    assert [(x.label, x.port) for x in specs] == [("embedding", 9001), ("embedding-2", 9011), ("rerank", 8102),
+                                                  ("generate", 9004), ("generate-2", 9014)]
+    first, second = specs[:2]
+    assert first.args == second.args and _flag(second.args, "--max-num-seqs") == "8"
+    assert second.args is not first.args and second.env is not first.env
+
+
+def test_replicas_on_one_gpu_count_against_its_memory() -> None:
+    with pytest.raises(RunnerConfigError, match="1.10 of the GPU"):
+        runner_specs(Settings(profile="qwen3", runners={"embed_url": "http://127.0.0.1:9001,http://127.0.0.1:9011"}),
+                     cpu=False)
+
+
+def test_a_dns_name_starts_one_replica_and_a_repeated_port_is_refused() -> None:
+    (emb,) = runner_specs(Settings(profile="minilm", runners={"embed_url": "dns+http://embedding-runner-pool:8101"}),
+                          cpu=True)
+    assert emb.port == 8101 and emb.label == "embedding"
+    with pytest.raises(RunnerConfigError, match="repeat a port"):
+        runner_specs(Settings(profile="minilm", runners={"embed_url": "http://gpu-1:8101,http://gpu-2:8101"}),
+                     cpu=True)

@@ -1,0 +1,88 @@
+"""A client that disconnects mid-request: its handler is cancelled and the answer is an empty 499, not a
+500. Driven at the ASGI edge (the client's messages: the body, then ``http.disconnect`` once the handler
+has started), through FastAPI's own routing and response-model handling."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import FastAPI, Request
+from pydantic import BaseModel
+
+from service.api.cancellation import CLIENT_CLOSED_REQUEST, with_cancellation
+
+
+class Answer(BaseModel):
+    ok: bool
+
+
+def _scope(path: str) -> dict[str, Any]:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+            "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+            "headers": [(b"content-type", b"application/json"), (b"content-length", b"0")],
+            "client": ("127.0.0.1", 5555), "server": ("127.0.0.1", 8000)}
+
+
+async def test_a_client_that_left_gets_an_empty_499_and_its_work_is_cancelled() -> None:
+    app = FastAPI()
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    @app.post("/slow")
+    @with_cancellation
+    async def slow(raw_request: Request) -> Answer:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return Answer(ok=True)
+
+    body_sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal body_sent
+        if not body_sent:
+            body_sent = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await started.wait()
+        return {"type": "http.disconnect"}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await asyncio.wait_for(app(_scope("/slow"), receive, send), timeout=10)
+    assert cancelled.is_set()
+    (start,) = [m for m in sent if m["type"] == "http.response.start"]
+    assert start["status"] == CLIENT_CLOSED_REQUEST  # before the fix: None failed the response model, a 500
+    assert b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body") == b""
+
+
+async def test_a_client_that_stays_gets_the_answer() -> None:
+    app = FastAPI()
+
+    @app.post("/fast")
+    @with_cancellation
+    async def fast(raw_request: Request) -> Answer:
+        return Answer(ok=True)
+
+    messages = iter([{"type": "http.request", "body": b"", "more_body": False}])
+
+    async def receive() -> dict[str, Any]:
+        try:
+            return next(messages)
+        except StopIteration:
+            await asyncio.sleep(3600)
+            raise AssertionError("unreachable") from None
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await asyncio.wait_for(app(_scope("/fast"), receive, send), timeout=10)
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [200]
+    assert b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body") == b'{"ok":true}'

@@ -1,0 +1,90 @@
+"""Several runner replicas at the network edge (one ``httpx.MockTransport``), each by its ``host:port``.
+
+Each replica can be up, refusing connections (``down``), dropping connections mid-request (``drop``),
+failing its ``/health`` only (``sick``), or holding its answers until released; every request served is
+recorded with the replica that served it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+
+@dataclass
+class FakeReplica:
+    down: bool = False
+    drop: bool = False
+    sick: bool = False
+    stall: bool = False
+    """Holds its port and answers nothing, ``/health`` included (a vLLM still loading its model)."""
+    delay_s: float = 0.0
+    hold: asyncio.Event | None = None
+    in_flight: int = 0
+    peak: int = 0
+
+
+@dataclass
+class FakeReplicas:
+    replicas: dict[str, FakeReplica] = field(default_factory=dict)
+    served: list[tuple[str, str]] = field(default_factory=list)
+    """``(address, path)`` of every request answered, health checks included, in order."""
+
+    def add(self, *addresses: str) -> FakeReplicas:
+        for address in addresses:
+            self.replicas[address] = FakeReplica()
+        return self
+
+    def __getitem__(self, address: str) -> FakeReplica:
+        return self.replicas[address]
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self._handle)
+
+    def counts(self, path: str = "/v1/embeddings") -> Counter[str]:
+        return Counter(a for a, p in self.served if p == path)
+
+    def order(self, path: str = "/v1/embeddings") -> list[str]:
+        return [a for a, p in self.served if p == path]
+
+    async def _handle(self, request: httpx.Request) -> httpx.Response:
+        address = f"{request.url.host}:{request.url.port}"
+        replica = self.replicas.get(address)
+        if replica is None or replica.down:
+            raise httpx.ConnectError("connection refused", request=request)
+        path = request.url.path
+        if replica.stall:
+            await asyncio.sleep(3600)
+        if path == "/health":
+            self.served.append((address, path))
+            return httpx.Response(503 if replica.sick else 200)
+        if replica.drop:
+            raise httpx.RemoteProtocolError("server disconnected without sending a response", request=request)
+        replica.in_flight += 1
+        replica.peak = max(replica.peak, replica.in_flight)
+        try:
+            if replica.delay_s:
+                await asyncio.sleep(replica.delay_s)
+            if replica.hold is not None:
+                await replica.hold.wait()
+        finally:
+            replica.in_flight -= 1
+        if replica.down:  # went down while the request was held: the connection is gone
+            raise httpx.RemoteProtocolError("server disconnected without sending a response", request=request)
+        self.served.append((address, path))
+        body = json.loads(request.content or b"{}")
+        return httpx.Response(200, json={"replica": address, "echo": body})
+
+
+async def eventually(condition: Callable[[], bool], timeout_s: float = 2.0) -> None:
+    """Wait until ``condition()`` holds (state with no event to wait on: a breaker, a pool's members), bounded."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
