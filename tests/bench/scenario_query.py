@@ -316,7 +316,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
                 ax.text(i, max(r["api_p99"], r["direct_p99"]), f"{r['overhead_p50']:+.0%}", ha="center",
                         va="bottom", fontsize=9)
         ax.set_xticks(x, [r["config"] for r in rows])
-        ax.set_ylabel("ms")
+        ax.set_yscale("log")
+        ax.set_ylabel("ms (log scale)")
         ax.set_title(f"concurrency {c} (label: API overhead at p50)")
         ax.legend(fontsize=8)
     fig.suptitle(f"/v1/search against its stages called directly, {result['points']:,} points")
