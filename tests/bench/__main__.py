@@ -78,7 +78,7 @@ def run_scenario(name: str, args: argparse.Namespace, runners: Runners, command:
         from tests.bench import scenario_rerank as mod  # type: ignore[no-redef]
 
         result = mod.measure(embed_url=runners.embed, rerank_url=runners.rerank, max_model_len=runners.max_model_len,
-                             **({"requests": 1, "candidates": (4,)} if quick else {}))
+                             **({"requests": 1, "candidates": (4,), "window_candidates": 2} if quick else {}))
     elif name == "scaling":
         from tests.bench import scenario_scaling as mod  # type: ignore[no-redef]
 
