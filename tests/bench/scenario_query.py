@@ -82,11 +82,11 @@ def embed_body(query: str, max_model_len: int) -> dict[str, Any]:
 
 
 def rerank_body(query: str, documents: list[str], max_model_len: int) -> dict[str, Any]:
-    """What ``RerankClient.rerank`` sends."""
+    """What ``RerankClient.rerank`` sends for documents that fit the window (no cut asked: the synthetic texts
+    are short)."""
     model = QWEN3.reranker
     assert model is not None
     return {"model": model.name, "query": query, "documents": documents, "top_n": len(documents),
-            "truncate_prompt_tokens": min(model.max_tokens, max_model_len),
             "chat_template_kwargs": {"instruction": model.default_instruction}}
 
 
