@@ -2,6 +2,16 @@
 
 The Qwen3 reranker's prompt is built by the score template the launcher passes with ``--chat-template``;
 the per-request instruction reaches that template through ``chat_template_kwargs``.
+
+Documents longer than the reranker's window are cut, the *document* and not the prompt: a vLLM pooling runner
+applies ``truncate_prompt_tokens`` to the end of the whole rendered prompt, which would cut the template's
+closing ``<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n`` turn, the place the yes/no score is
+read, and without any truncation it refuses the prompt (400). So a request that may not fit asks the runner's
+own ``/tokenize`` what the prompt costs without its document (the template as the runner renders it, the
+instruction and the query, in the runner's tokenizer), and sends ``max_tokens_per_doc`` = window less that:
+vLLM then cuts each document alone, at a character boundary found with its tokenizer's offsets, before it
+renders the template. A request whose every document is short by an upper bound (a byte-level tokenizer
+spends at most one token a UTF-8 byte) costs no extra call.
 """
 
 from __future__ import annotations
@@ -12,7 +22,12 @@ from typing import Any
 
 from service.clients.errors import UpstreamError
 from service.clients.runner import RunnerClient
+from service.errors import InvalidInput
 from service.profiles import RerankerModel
+
+CUT_MARGIN_TOKENS = 8
+"""Tokens left free under the window when documents are cut: the document is counted alone, and the tokenizer
+may join its first word with the template's ``<Document>: `` differently than the count assumed."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +48,43 @@ class RerankClient:
         self.runner = runner
         self.model = model
         self.instruction = instruction or model.default_instruction
-        self._truncate = truncate_tokens or model.max_tokens
+        self.window = truncate_tokens or model.max_tokens
+        """The runner's window (``--max-model-len``): the whole prompt, template, query and document, fits it."""
+        path = model.template_path()
+        self._template_bytes = len(path.read_bytes()) if path is not None else 64
+        """An upper bound of the template's own tokens (its source is longer than what it renders, bar the
+        instruction, counted apart), for the cheap "every document fits" test."""
+
+    async def fit(self, query: str, documents: Sequence[str], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The cut to ask the runner for: ``{}`` when every document fits the window as it is, else
+        ``max_tokens_per_doc`` (and ``max_tokens_per_query`` where the query alone would crowd the documents
+        out). ``kwargs`` are the request's ``chat_template_kwargs``."""
+        fixed = self._template_bytes + len(str(kwargs.get("instruction") or "").encode()) + len(query.encode())
+        if fixed + max(len(d.encode()) for d in documents) + CUT_MARGIN_TOKENS <= self.window:
+            return {}
+        overhead = await self._prompt_tokens(query, kwargs)
+        cut: dict[str, Any] = {}
+        budget = self.window - overhead - CUT_MARGIN_TOKENS
+        if budget < self.window // 4:  # a query this long would leave the documents next to nothing
+            template = await self._prompt_tokens("", kwargs)
+            cut["max_tokens_per_query"] = self.window // 4
+            budget = self.window - template - self.window // 4 - CUT_MARGIN_TOKENS
+            if budget < 1:
+                raise InvalidInput(f"the reranker's prompt alone takes {template} of its {self.window} tokens",
+                                   code="rerank_prompt_too_long")
+        cut["max_tokens_per_doc"] = budget
+        return cut
+
+    async def _prompt_tokens(self, query: str, kwargs: dict[str, Any]) -> int:
+        """Tokens of the prompt the runner builds for ``query`` and an empty document."""
+        payload = await self.runner.post_json("/tokenize", {
+            "model": self.model.name, "add_special_tokens": True, "chat_template_kwargs": kwargs,
+            "messages": [{"role": "query", "content": query}, {"role": "document", "content": ""}],
+        }, lane="query")
+        try:
+            return int(payload["count"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UpstreamError(self.runner.name, "tokenize response has an unexpected shape") from exc
 
     async def rerank(
         self, query: str, documents: Sequence[str], *, instruction: str | None = None
@@ -41,13 +92,14 @@ class RerankClient:
         """Scores for every document, highest first."""
         if not documents:
             return []
+        kwargs = {"instruction": instruction or self.instruction}
         body: dict[str, Any] = {
             "model": self.model.name,
             "query": query,
             "documents": list(documents),
             "top_n": len(documents),
-            "truncate_prompt_tokens": self._truncate,
-            "chat_template_kwargs": {"instruction": instruction or self.instruction},
+            "chat_template_kwargs": kwargs,
+            **await self.fit(query, documents, kwargs),
         }
         payload = await self.runner.post_json("/rerank", body, lane="query")
         try:
@@ -66,4 +118,7 @@ class RerankClient:
         instruction = body.pop("instruction", None)
         if instruction is not None:
             body["chat_template_kwargs"] = {**body.get("chat_template_kwargs", {}), "instruction": instruction}
+        texts = [d if isinstance(d, str) else str(d.get("text", "")) for d in body.get("documents") or []]
+        if texts:
+            body.update(await self.fit(str(body.get("query", "")), texts, body.get("chat_template_kwargs", {})))
         return await self.runner.post_json("/rerank", body, lane="query")

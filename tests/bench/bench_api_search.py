@@ -60,9 +60,11 @@ CONFIGS = [("dense", False), ("dense", True), ("hybrid", False), ("hybrid", True
 
 @contextmanager
 def api_process(data_dir: Path, *, embed_url: str, rerank_url: str, max_model_len: int,
-                log_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+                log_path: Path, with_worker: bool = False,
+                env_extra: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``ragserve serve`` (qwen3 profile, generation off, embedded store under ``data_dir``) on a free
-    loopback port; yields its base URL and process."""
+    loopback port (``with_worker``: and its indexing worker; ``env_extra``: more settings); yields its base URL
+    and process."""
     port = free_port()
     env = {
         **os.environ,
@@ -71,10 +73,12 @@ def api_process(data_dir: Path, *, embed_url: str, rerank_url: str, max_model_le
         "RAGSERVE_HOST": "127.0.0.1", "RAGSERVE_PORT": str(port),
         "RAGSERVE_RUNNERS__EMBED_URL": embed_url, "RAGSERVE_RUNNERS__RERANK_URL": rerank_url,
         "RAGSERVE_RUNNERS__MAX_MODEL_LEN": str(max_model_len), "RAGSERVE_GENERATION__ENABLED": "false",
+        **(env_extra or {}),
     }
     env.pop("RAGSERVE_QDRANT__URL", None)
     log = open(log_path, "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], cwd=ROOT, env=env, stdout=log,
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", *(["--with-worker"] if with_worker else [])],
+                            cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

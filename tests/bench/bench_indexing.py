@@ -38,7 +38,7 @@ from indexer.documents import SourceFile
 from indexer.parsers import parse
 from indexer.tokenizer import load_tokenizer
 from service.config import Settings
-from service.profiles import MINILM, default_checkpoint
+from service.profiles import MINILM, EmbeddingModel, default_checkpoint, get_profile
 from service.runners.launcher import runner_specs, running
 from service.server import BackgroundServer
 from tests.bench.synthetic import HealthProbe, prefill, py_spy, summarize, synthetic_corpus
@@ -53,10 +53,13 @@ def sample_corpus(n: int) -> bytes:
     return b"\n".join(lines) + b"\n"
 
 
-def chunks_of(corpus: bytes) -> tuple[list[str], list[int]]:
-    """The chunks the pipeline will embed, made by the same parser and chunker, with their token counts."""
-    tok = load_tokenizer(default_checkpoint(MINILM.embedding))
-    chunker = Chunker(tok, window=MINILM.embedding.max_tokens)
+def chunks_of(corpus: bytes, model: EmbeddingModel = MINILM.embedding, checkpoint: str | None = None,
+              window: int | None = None) -> tuple[list[str], list[int]]:
+    """The chunks the pipeline will embed, made by the same parser and chunker, with their token counts
+    (``checkpoint``: the tokenizer's folder, default the model's; ``window``: the chunk size, default its
+    window)."""
+    tok = load_tokenizer(checkpoint or default_checkpoint(model))
+    chunker = Chunker(tok, window=window or model.max_tokens)
     texts, tokens = [], []
     for doc in parse(SourceFile("corpus.jsonl", corpus)):
         for c in chunker.chunk(doc, split=doc.chunk):
@@ -65,14 +68,19 @@ def chunks_of(corpus: bytes) -> tuple[list[str], list[int]]:
     return texts, tokens
 
 
-async def raw_throughput(url: str, texts: list[str], tokens: int, batch: int, inflight: int) -> float:
+async def raw_throughput(url: str, texts: list[str], tokens: int, batch: int, inflight: int,
+                         model: EmbeddingModel = MINILM.embedding, truncate: int | None = None) -> float:
+    """Tokens/s of ``texts`` sent straight to the runner's ``/v1/embeddings``, ``batch`` a request, ``inflight``
+    requests at a time, vectors as base64 (what ragserve asks for, and the OpenAI SDK's default: the faster
+    answer, so the stricter reference)."""
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         slots = asyncio.Semaphore(inflight)
 
         async def send(group: list[str]) -> None:
             async with slots:
-                r = await client.post("/v1/embeddings", json={"model": MINILM.embedding.name, "input": group,
-                                                              "truncate_prompt_tokens": MINILM.embedding.max_tokens})
+                r = await client.post("/v1/embeddings", json={"model": model.name, "input": group,
+                                                              "encoding_format": "base64",
+                                                              "truncate_prompt_tokens": truncate or model.max_tokens})
                 r.raise_for_status()
 
         started = time.perf_counter()
@@ -94,15 +102,20 @@ def run_job(client: httpx.Client, corpus: bytes, name: str) -> tuple[float, dict
 
 
 def rounds(url: str, parts: list[tuple[bytes, list[str], int]], best: tuple[int, int], data_dir: Path,
-           prefill_points: int = 0, spy: Path | None = None) -> dict:  # type: ignore[type-arg]
+           prefill_points: int = 0, spy: Path | None = None, *, profile: str = "minilm",
+           runners: dict[str, object] | None = None, indexer: dict[str, object] | None = None,
+           truncate: int | None = None) -> dict:  # type: ignore[type-arg]
     """Start the API with its worker (in a thread of this process), fill ``bench`` with ``prefill_points``
     synthetic points, then per part: the raw runner on the part's chunks, then an ingest job of the part; and
     the raw runner once more at the end. Each job is thus timed between two raw measurements minutes apart at
     most, which is what keeps the comparison fair on a machine that others load too. With ``spy``, py-spy
-    samples this process during each job."""
-    synthetic = synthetic_corpus(prefill_points, MINILM.embedding.dimensions) if prefill_points else None
-    settings = Settings(profile="minilm", data_dir=data_dir, api_keys=[KEY], port=free_port(),
-                        runners={"embed_url": url}, indexer={"poll_s": 0.05})
+    samples this process during each job. ``profile``, ``runners`` and ``indexer`` are settings of the API (the
+    embedding runner is ``url`` whatever ``runners`` says); ``truncate`` the raw requests' token limit."""
+    model = get_profile(profile).embedding
+    synthetic = synthetic_corpus(prefill_points, model.dimensions) if prefill_points else None
+    settings = Settings(profile=profile, data_dir=data_dir, api_keys=[KEY], port=free_port(),
+                        runners={**(runners or {}), "embed_url": url}, indexer={"poll_s": 0.05, **(indexer or {})},
+                        generation={"enabled": False})
     server = BackgroundServer(settings, with_worker=True)
     server.start()
     base = f"http://127.0.0.1:{settings.port}"
@@ -118,14 +131,14 @@ def rounds(url: str, parts: list[tuple[bytes, list[str], int]], best: tuple[int,
                 del synthetic
             raws, health = [], []
             for i, (corpus, texts, tokens) in enumerate(parts):
-                raws.append(asyncio.run(raw_throughput(url, texts, tokens, *best)))
+                raws.append(asyncio.run(raw_throughput(url, texts, tokens, *best, model, truncate)))
                 with py_spy(os.getpid(), spy / f"indexing-job-{i + 1}.txt" if spy else None), \
                         HealthProbe(base) as probe:
                     pipe, job = run_job(client, corpus, f"part-{i}.jsonl")
                 health += probe.latencies_ms
                 out["rounds"].append({"tokens": tokens, "raw_before": raws[-1], "pipeline": pipe,
                                       "job_wall_s": job["wall_s"], "counts": job["counts"]})
-            raws.append(asyncio.run(raw_throughput(url, parts[-1][1], parts[-1][2], *best)))
+            raws.append(asyncio.run(raw_throughput(url, parts[-1][1], parts[-1][2], *best, model, truncate)))
             out["health_ms_during_jobs"] = summarize(health)
             out["points_after"] = client.get("/v1/collections/bench").json()["points"]
     finally:

@@ -39,6 +39,8 @@ async def embeddings(body: EmbeddingsRequest, services: ServicesDep) -> Any:
 
 @router.post("/rerank", summary="Cohere/Jina-compatible rerank from the reranker runner")
 async def rerank(body: RerankRequest, services: ServicesDep) -> Any:
+    """A document longer than the reranker's window is cut to fit it with the query and the prompt template
+    (the document's tail goes, never the template's closing turn, where the score is read)."""
     if services.reranker is None:
         raise BadRequest("this deployment's profile has no reranker", code="reranker_not_configured")
     limits = services.settings.limits

@@ -86,7 +86,9 @@ async def test_rerank_prompt_is_the_model_card_prompt_id_for_id(
         card = await _card_ids(runner, instruction=expected_instruction, query=query, doc=doc)
         produced = await _request_ids(runner, sent, sent["documents"][0])
         assert produced == card, "the runner's prompt for ragserve's request is not the model card's"
-        assert answer["usage"]["prompt_tokens"] == len(card) < sent["truncate_prompt_tokens"]  # nothing cut
+        # Nothing cut: a short document is sent as it is, with no cut asked (long ones: test_rerank_long_documents)
+        assert answer["usage"]["prompt_tokens"] == len(card) and "max_tokens_per_doc" not in sent
+        assert "truncate_prompt_tokens" not in sent  # it would cut the prompt's end, the closing turn
         (result,) = answer["results"]
         card_score = await _score(runner, card)
         assert result["relevance_score"] == pytest.approx(card_score, abs=1e-6), "vLLM scored other ids"

@@ -1,0 +1,71 @@
+"""The benchmark suite's plumbing (``python -m tests.bench --quick``) against the session's real runners: every
+scenario runs at a toy size and leaves its JSON and its plot; the figures themselves are not asserted (they are
+benchmarks, not timed tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.bench.__main__ import main
+from tests.support.runners import RunnerURLs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def urls(runners: RunnerURLs) -> str:
+    return f"{runners.qwen3_embed},{runners.qwen3_rerank},{runners.minilm_embed}"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("scenario", ["embedding", "batching", "query", "rerank", "scaling"])
+def test_scenario_writes_its_table_json_and_plot(scenario: str, runners: RunnerURLs, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    main([scenario, "--quick", "--out", str(tmp_path), "--runner-urls", urls(runners)])
+    result = json.loads((tmp_path / f"{scenario}.json").read_text())
+    assert result["scenario"] == scenario
+    assert result["rows"], result
+    if scenario == "rerank":  # documents past the reranker's window are cut by ragserve, not refused (422)
+        assert [r["docs"] for r in result["rows"]] == ["short", "long", "over window"]
+        assert all(r["errors"] == 0 for r in result["rows"]), result["rows"]
+    assert result["environment"]["cpus"] >= 1 and result["command"].startswith("python -m tests.bench")
+    assert (tmp_path / f"{scenario}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"=== {scenario}:" in capsys.readouterr().out
+
+
+def test_a_peer_that_cannot_run_is_an_error_in_its_result(tmp_path: Path) -> None:
+    """The peers' script under a Python without the engine (this venv has no infinity_emb): an ``error`` with
+    the reason, so the scenario keeps the other engines' figures."""
+    from tests.bench.scenario_embedding import run_peer
+
+    result = run_peer(sys.executable, {"engine": "infinity", "model": str(tmp_path), "texts": ["a"], "tokens": 1,
+                                       "batches": [1], "probe": 1})
+    assert result["engine"] == "infinity" and "infinity_emb" in result["error"], result
+
+
+@pytest.mark.timeout(300)
+def test_gpu_script_smoke_runs_on_the_cpu(tmp_path: Path) -> None:
+    """The GPU script's --smoke path: a tiny Qwen3-shaped model, both passes, MFU arithmetic, JSON and plot."""
+    proc = subprocess.run([sys.executable, "tests/bench/gpu.py", "--smoke", "--out", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "gpu.json").read_text())
+    assert result["smoke"] is True
+    assert {r["task"] for r in result["rows"]} == {"embed", "rerank"}
+    for r in result["rows"]:
+        assert r["tokens_per_s"] > 0 and 0 <= r["padding_share"] < 1 and r["mfu"] >= 0
+        assert r["flops_per_token"] > 0
+    assert (tmp_path / "gpu.png").is_file()
+
+
+def test_token_budget_packing_matches_the_indexer() -> None:
+    """The batching scenario packs as ``Pipeline._embed`` does: whole chunks until the next would pass the budget."""
+    from tests.bench.scenario_batching import by_count, by_tokens
+
+    counts = [100, 100, 50, 300, 10, 10]
+    assert by_tokens(counts, 250) == [range(0, 3), range(3, 4), range(4, 6)]
+    assert by_count(counts, 4) == [range(0, 4), range(4, 6)]
