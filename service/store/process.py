@@ -22,14 +22,17 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,54 @@ from service.store.types import Chunk, CollectionInfo, DocState, Filter, Fusion,
 log = logging.getLogger("ragserve.store")
 
 START_TIMEOUT_S = 120.0
+INLINE_BYTES = 32 << 10
+"""Messages up to this size (a search, its hits, a describe) are written from the event loop itself when the
+socket takes them at once; larger ones (an upsert's batch, a scroll page) from a thread. A search used to cost
+two thread hops for its sends alone."""
+
+
+class _Sender:
+    """Writes framed messages (``multiprocessing.connection``'s framing, which ``Connection.recv`` reads) to one
+    socket, whole and one at a time, from the loop where that cannot block and from a thread otherwise."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._sock = socket.socket(fileno=os.dup(conn.fileno()))
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-send")
+
+    async def send(self, message: Any) -> None:
+        data = bytes(ForkingPickler.dumps(message))
+        if len(data) <= INLINE_BYTES and self._lock.acquire(blocking=False):
+            frame = struct.pack("!i", len(data)) + data
+            try:
+                sent = self._sock.send(frame, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                sent = 0
+            except BaseException:
+                self._lock.release()
+                raise
+            if sent == len(frame):
+                self._lock.release()
+                return
+            # The socket took part of it (or nothing): the rest goes from the thread, which releases the lock.
+            await asyncio.get_running_loop().run_in_executor(self._pool, self._finish, frame[sent:])
+            return
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._send_blocking, data)
+
+    def _finish(self, rest: bytes) -> None:
+        try:
+            self._sock.sendall(rest)
+        finally:
+            self._lock.release()
+
+    def _send_blocking(self, data: bytes) -> None:
+        with self._lock:
+            self._conn.send_bytes(data)
+
+    def close(self, *, wait: bool) -> None:
+        self._pool.shutdown(wait=wait)
+        self._sock.close()
 
 
 class ProcessStore(VectorStore):
@@ -58,7 +109,7 @@ class ProcessStore(VectorStore):
         self._ids = itertools.count()
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._loop = asyncio.get_running_loop()
-        self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-send")
+        self._sender = _Sender(conn)
         self._describe: dict[str, CollectionInfo] = {}
         self._closed = False
         self._reader = threading.Thread(target=self._read, name="store-recv", daemon=True)
@@ -115,7 +166,7 @@ class ProcessStore(VectorStore):
         future: asyncio.Future[Any] = self._loop.create_future()
         self._pending[rid] = future
         try:
-            await self._loop.run_in_executor(self._sender, self._conn.send, (rid, method, args, kwargs))
+            await self._sender.send((rid, method, args, kwargs))
         except (OSError, ValueError) as exc:
             self._pending.pop(rid, None)
             raise StoreError(f"the embedded store's process cannot be reached: {exc}") from exc
@@ -141,7 +192,7 @@ class ProcessStore(VectorStore):
                 await asyncio.to_thread(self._process.wait, 30)
             except subprocess.TimeoutExpired:
                 self._process.kill()
-            self._sender.shutdown(wait=False)
+            self._sender.close(wait=False)
 
     async def flush(self) -> None:
         await self._run("flush")
@@ -283,22 +334,20 @@ async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
             loop.call_soon_threadsafe(inbox.put_nowait, message)
 
     threading.Thread(target=read, name="store-recv", daemon=True).start()
-    send_lock = threading.Lock()
-    sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-send")
+    sender = _Sender(conn)
 
-    def send(reply: tuple[int, bool, Any]) -> None:
-        with send_lock:
-            try:
-                conn.send(reply)
-            except (OSError, ValueError):
-                pass  # the parent is gone: our reader sees EOF and we close
+    async def send(reply: tuple[int, bool, Any]) -> None:
+        try:
+            await sender.send(reply)
+        except (OSError, ValueError):
+            pass  # the parent is gone: our reader sees EOF and we close
 
     try:
         store = await EdgeStore.open(root, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - the parent raises it (StoreLocked, LegacyStoreLayout ...)
         first = await inbox.get()
         if first is not None:
-            send((first[0], False, _describe_exception(exc)))
+            await send((first[0], False, _describe_exception(exc)))
         return
     cursors: dict[int, AsyncIterator[list[tuple[str, str]]]] = {}
     ids = itertools.count()
@@ -330,7 +379,7 @@ async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
             reply: tuple[int, bool, Any] = (rid, True, value)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
             reply = (rid, False, _describe_exception(exc))
-        await loop.run_in_executor(sender, send, reply)
+        await send(reply)
 
     try:
         while (message := await inbox.get()) is not None:
@@ -338,7 +387,7 @@ async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
             if method == "aclose":
                 await asyncio.gather(*tasks, return_exceptions=True)
                 await store.aclose()
-                await loop.run_in_executor(sender, send, (rid, True, None))
+                await send((rid, True, None))
                 return
             task = asyncio.create_task(handle(rid, method, args, kw))
             tasks.add(task)
@@ -349,7 +398,7 @@ async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
             await store.aclose()  # idempotent: flushes and releases the lock when the parent went away
         except Exception as exc:  # noqa: BLE001 - closing must not raise past this point
             log.warning("closing the embedded store: %s", exc)
-        sender.shutdown(wait=True)
+        sender.close(wait=True)
 
 
 if __name__ == "__main__":  # the child: python -m service.store.process FD ROOT KWARGS_JSON
