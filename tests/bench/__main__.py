@@ -3,7 +3,7 @@
     python -m tests.bench [SCENARIO ...] [--out docs/bench] [--runner-urls EMBED,RERANK,MINILM]
         [--peers-python /work/peers-venv/bin/python] [--infinity-python /work/infinity-venv/bin/python] [--quick]
 
-Scenarios, in the order ``all`` runs them (15-25 minutes on 2 busy cores; 24.8 in docs/benchmarks.md):
+Scenarios, in the order ``all`` runs them (12.4 minutes at load 2-6.5 on 2 cores, docs/benchmarks.md):
 
 - ``embedding``: SciFact chunks through the MiniLM runner directly, ragserve's ingest pipeline, and the peers
   (sentence-transformers, FastEmbed, Infinity: each from its own venv, ``tests/bench/peers.py``);
