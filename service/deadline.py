@@ -3,7 +3,13 @@ call with retries takes at most its timeout, never (retries + 1) × timeout."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable
+from typing import TypeVar
+
+T = TypeVar("T")
+_timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 
 
 class Deadline:
@@ -21,3 +27,15 @@ class Deadline:
     def allows(self, wait_s: float, *, then_s: float = 0.05) -> bool:
         """True when waiting ``wait_s`` still leaves ``then_s`` for another attempt."""
         return wait_s + then_s < self.remaining()
+
+
+async def within(awaitable: Awaitable[T], timeout_s: float) -> T:
+    """``await awaitable``, or :class:`TimeoutError` (``asyncio.TimeoutError``) after ``timeout_s``.
+
+    ``asyncio.wait_for`` runs a coroutine as a task of its own (before Python 3.12): on the query path that is
+    one more task, and one more loop turn to start it, per runner call. ``asyncio.timeout`` (3.11+) bounds the
+    await in the caller's own task."""
+    if _timeout is None:
+        return await asyncio.wait_for(awaitable, timeout_s)
+    async with _timeout(timeout_s):
+        return await awaitable

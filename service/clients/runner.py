@@ -47,7 +47,7 @@ from service.clients.lanes import Lane, Lanes
 from service.clients.pool import ReplicaPool
 from service.clients.replica import Replica, ReplicaStats
 from service.clients.targets import parse_targets
-from service.deadline import Deadline
+from service.deadline import Deadline, within
 from service.security.fetch import Resolver
 
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
@@ -184,7 +184,7 @@ class RunnerClient:
             )
             replica.in_flight += 1
             try:
-                response = await asyncio.wait_for(self._http.send(request, stream=True), deadline.remaining())
+                response = await within(self._http.send(request, stream=True), deadline.remaining())
             except BaseException as exc:
                 replica.in_flight -= 1
                 if isinstance(exc, asyncio.CancelledError):
@@ -246,11 +246,10 @@ class RunnerClient:
             retry_after: float | None = None
             with replica.sending():
                 try:
-                    # The httpx timeouts bound each phase; wait_for bounds the whole attempt by what is left.
+                    # The httpx timeouts bound each phase; within() bounds the whole attempt by what is left.
                     left = deadline.remaining()
                     timeout = httpx.Timeout(left, connect=min(self._connect_timeout_s, left))
-                    response = await asyncio.wait_for(
-                        self._http.post(replica.url + path, json=body, timeout=timeout), left)
+                    response = await within(self._http.post(replica.url + path, json=body, timeout=timeout), left)
                 except asyncio.CancelledError:
                     if trial:
                         replica.breaker.release_trial()

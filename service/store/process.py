@@ -23,13 +23,15 @@ import itertools
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import struct
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
@@ -48,8 +50,32 @@ log = logging.getLogger("ragserve.store")
 START_TIMEOUT_S = 120.0
 INLINE_BYTES = 32 << 10
 """Messages up to this size (a search, its hits, a describe) are written from the event loop itself when the
-socket takes them at once; larger ones (an upsert's batch, a scroll page) from a thread. A search used to cost
-two thread hops for its sends alone."""
+socket takes them at once, and unpickled on it when they arrive; larger ones (an upsert's batch, a scroll page)
+are written and unpickled in a thread. A search used to cost four thread hops on the way there and back."""
+READ_BYTES = 64 << 10
+"""Bytes read from the socket per readiness callback: a large message arrives over many loop turns."""
+
+
+def _header(size: int) -> bytes:
+    """``multiprocessing.connection``'s length prefix (what ``Connection.recv`` reads) for ``size`` bytes."""
+    return struct.pack("!iQ", -1, size) if size > 0x7FFFFFFF else struct.pack("!i", size)
+
+
+def _send_all(sock: socket.socket, data: bytes) -> None:
+    """Write all of ``data``, blocking this thread, whether the socket is in blocking mode or not: uvloop's
+    ``add_reader`` (the :class:`_Receiver` on the same socket) puts it in non-blocking mode."""
+    view = memoryview(data)
+    poller = None
+    while view:
+        try:
+            sent = sock.send(view)
+        except (BlockingIOError, InterruptedError):
+            if poller is None:
+                poller = select.poll()
+                poller.register(sock.fileno(), select.POLLOUT)
+            poller.poll()
+            continue
+        view = view[sent:]
 
 
 class _Sender:
@@ -65,7 +91,7 @@ class _Sender:
     async def send(self, message: Any) -> None:
         data = bytes(ForkingPickler.dumps(message))
         if len(data) <= INLINE_BYTES and self._lock.acquire(blocking=False):
-            frame = struct.pack("!i", len(data)) + data
+            frame = _header(len(data)) + data
             try:
                 sent = self._sock.send(frame, socket.MSG_DONTWAIT)
             except BlockingIOError:
@@ -83,16 +109,112 @@ class _Sender:
 
     def _finish(self, rest: bytes) -> None:
         try:
-            self._sock.sendall(rest)
+            _send_all(self._sock, rest)
         finally:
             self._lock.release()
 
     def _send_blocking(self, data: bytes) -> None:
-        with self._lock:
-            self._conn.send_bytes(data)
+        with self._lock:  # the body is not copied behind its header: it can be an upsert's megabytes
+            _send_all(self._sock, _header(len(data)))
+            _send_all(self._sock, data)
 
     def close(self, *, wait: bool) -> None:
         self._pool.shutdown(wait=wait)
+        self._sock.close()
+
+
+class _Receiver:
+    """Reads framed messages (``multiprocessing.connection``'s framing, as ``Connection.send`` writes them) from
+    one socket on the event loop, and hands each one, in the order they came, to ``on_message``; then calls
+    ``on_eof`` once, when the peer closed its end or the socket failed.
+
+    The loop itself waits for the socket (``add_reader``), so a reply wakes the loop and nothing else: a reader
+    thread blocked in ``recv`` had to wake, take the GIL and wake the loop in its turn, two more context
+    switches per store call on a machine whose cores are busy. Messages up to :data:`INLINE_BYTES` are
+    unpickled in the readiness callback; larger ones in a thread, with later messages held back until they are
+    delivered (the child must see an upsert before a delete sent after it).
+    """
+
+    def __init__(self, conn: Connection, on_message: Callable[[Any], None], on_eof: Callable[[], None]) -> None:
+        self._sock = socket.socket(fileno=os.dup(conn.fileno()))
+        self._loop = asyncio.get_running_loop()
+        self._on_message = on_message
+        self._on_eof = on_eof
+        self._buffer = bytearray()
+        self._queued: deque[bytes | None] = deque()
+        self._pump: asyncio.Task[None] | None = None
+        self._reading = True
+        self._loop.add_reader(self._sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = self._sock.recv(READ_BYTES, socket.MSG_DONTWAIT)  # per call: the fd is shared with the sender
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._stop_reading()
+            self._push(None)
+            return
+        buffer = self._buffer
+        buffer += data
+        while len(buffer) >= 4:
+            (size,) = struct.unpack_from("!i", buffer)
+            head = 4
+            if size == -1:  # over 2 GiB: a second, 8-byte length follows
+                if len(buffer) < 12:
+                    return
+                (size,) = struct.unpack_from("!Q", buffer, 4)
+                head = 12
+            end = head + size
+            if len(buffer) < end:
+                return
+            with memoryview(buffer) as view:
+                frame = bytes(view[head:end])
+            del buffer[:end]
+            self._push(frame)
+
+    def _push(self, frame: bytes | None) -> None:
+        if frame is not None and len(frame) <= INLINE_BYTES and not self._queued and self._pump is None:
+            self._deliver(frame)
+            return
+        self._queued.append(frame)
+        if self._pump is None:
+            self._pump = self._loop.create_task(self._drain())
+
+    def _deliver(self, frame: bytes) -> None:
+        try:
+            message = ForkingPickler.loads(frame)
+        except Exception:  # noqa: BLE001 - a frame that does not unpickle: the pipe cannot be trusted after it
+            log.exception("the store pipe carried a message that does not unpickle")
+            self._stop_reading()
+            self._on_eof()
+            return
+        self._on_message(message)
+
+    async def _drain(self) -> None:
+        try:
+            while self._queued:
+                frame = self._queued.popleft()
+                if frame is None:
+                    self._on_eof()
+                    return
+                if len(frame) <= INLINE_BYTES:
+                    self._deliver(frame)
+                else:
+                    message = await asyncio.to_thread(ForkingPickler.loads, frame)
+                    self._on_message(message)
+        finally:
+            self._pump = None
+
+    def _stop_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self._sock.fileno())
+
+    def close(self) -> None:
+        self._stop_reading()
         self._sock.close()
 
 
@@ -112,8 +234,7 @@ class ProcessStore(VectorStore):
         self._sender = _Sender(conn)
         self._describe: dict[str, CollectionInfo] = {}
         self._closed = False
-        self._reader = threading.Thread(target=self._read, name="store-recv", daemon=True)
-        self._reader.start()
+        self._receiver = _Receiver(conn, self._on_reply, self._lost)
 
     @classmethod
     async def open(cls, root: Path, **kwargs: Any) -> ProcessStore:
@@ -135,16 +256,8 @@ class ProcessStore(VectorStore):
 
     # --- the pipe ----------------------------------------------------------------------------------------
 
-    def _read(self) -> None:
-        while True:
-            try:
-                rid, ok, value = self._conn.recv()
-            except (EOFError, OSError):
-                self._loop.call_soon_threadsafe(self._lost)
-                return
-            self._loop.call_soon_threadsafe(self._resolve, rid, ok, value)
-
-    def _resolve(self, rid: int, ok: bool, value: Any) -> None:
+    def _on_reply(self, reply: tuple[int, bool, Any]) -> None:
+        rid, ok, value = reply
         future = self._pending.pop(rid, None)
         if future is None or future.done():
             return
@@ -187,6 +300,7 @@ class ProcessStore(VectorStore):
             log.warning("the embedded store's process did not close cleanly: %s", exc)
         finally:
             self._closed = True
+            self._receiver.close()
             self._conn.close()  # the child's reader sees EOF and exits
             try:
                 await asyncio.to_thread(self._process.wait, 30)
@@ -321,19 +435,9 @@ def _child_main(conn: Connection, root: str, kwargs: dict[str, Any]) -> None:
 async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
     from service.store.edge import EdgeStore
 
-    loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[Any] = asyncio.Queue()
 
-    def read() -> None:
-        while True:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                loop.call_soon_threadsafe(inbox.put_nowait, None)
-                return
-            loop.call_soon_threadsafe(inbox.put_nowait, message)
-
-    threading.Thread(target=read, name="store-recv", daemon=True).start()
+    receiver = _Receiver(conn, inbox.put_nowait, lambda: inbox.put_nowait(None))
     sender = _Sender(conn)
 
     async def send(reply: tuple[int, bool, Any]) -> None:
@@ -398,6 +502,7 @@ async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
             await store.aclose()  # idempotent: flushes and releases the lock when the parent went away
         except Exception as exc:  # noqa: BLE001 - closing must not raise past this point
             log.warning("closing the embedded store: %s", exc)
+        receiver.close()
         sender.close(wait=True)
 
 

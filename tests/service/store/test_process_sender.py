@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
+import threading
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 
 from service.store import process
 from service.store.process import _Sender
@@ -49,3 +52,96 @@ async def test_a_small_message_does_not_hop_to_the_thread() -> None:
     assert receiver.recv() == (50, b"x" * (process.INLINE_BYTES + 1)) and hops == 1
     sender.close(wait=True)
     receiver.close()
+
+
+async def _receive(sender: _Sender, receiver_conn: Connection, messages: list, close: bool = True) -> tuple[list, int]:
+    """Send ``messages`` through ``sender`` and read them with a :class:`_Receiver` on this loop; what arrived, in
+    order, and how many times EOF was reported (after the sender closed when ``close``)."""
+    got: list = []
+    eofs = 0
+    done = asyncio.Event()
+
+    def on_eof() -> None:
+        nonlocal eofs
+        eofs += 1
+        done.set()
+
+    receiver = process._Receiver(receiver_conn, got.append, on_eof)
+    for m in messages:
+        await sender.send(m)
+    if close:
+        sender.close(wait=True)
+        sender._conn.close()  # the sending end closed: the receiver sees EOF
+        await asyncio.wait_for(done.wait(), 30)
+    else:
+        while len(got) < len(messages):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    receiver_conn.close()
+    receiver.close()
+    return got, eofs
+
+
+async def test_the_receiver_delivers_every_message_whole_and_in_order_then_eof() -> None:
+    """Large messages are unpickled in a thread; a small one right behind a large one still waits its turn (the
+    child must apply an upsert before a delete sent after it)."""
+    ours, theirs = socket.socketpair()
+    sender = _Sender(Connection(ours.detach()))
+    sizes = [10, process.INLINE_BYTES + 1, 5, 3_000_000, 0, process.INLINE_BYTES, 200_000, 7] * 5
+    messages = [(i, "m", bytes([i % 251]) * n) for i, n in enumerate(sizes)]
+    got, eofs = await _receive(sender, Connection(theirs.detach()), messages)
+    assert got == messages
+    assert eofs == 1
+
+
+async def test_the_receiver_reads_on_the_loop_without_a_thread_for_small_messages(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    hops = 0
+    real = asyncio.to_thread
+
+    async def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal hops
+        hops += 1
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(process.asyncio, "to_thread", counting)
+    ours, theirs = socket.socketpair()
+    sender = _Sender(Connection(ours.detach()))
+    messages = [(i, True, [("id", 0.5)] * 10) for i in range(100)]
+    threads_before = {t.name for t in threading.enumerate()}
+    got, _ = await _receive(sender, Connection(theirs.detach()), messages, close=False)
+    assert got == messages
+    assert hops == 0
+    assert {t.name for t in threading.enumerate()} <= threads_before  # no reader thread was started
+    sender.close(wait=True)
+
+
+async def test_a_frame_split_across_reads_is_put_back_together() -> None:
+    """The length prefix and the body arrive in pieces (a byte at a time): the receiver waits for the whole frame."""
+    ours, theirs = socket.socketpair()
+    raw = ours
+    got: list = []
+    receiver = process._Receiver(Connection(theirs.detach()), got.append, lambda: None)
+    payload = bytes(ForkingPickler.dumps(("split", b"z" * 1000)))
+    frame = struct.pack("!i", len(payload)) + payload
+    for i in range(len(frame)):
+        raw.send(frame[i:i + 1])
+        await asyncio.sleep(0)
+    for _ in range(200):
+        if got:
+            break
+        await asyncio.sleep(0.01)
+    assert got == [("split", b"z" * 1000)]
+    receiver.close()
+    raw.close()
+
+
+async def test_messages_arrive_whole_when_the_socket_is_in_non_blocking_mode() -> None:
+    """uvloop's ``add_reader`` (the API's loop) puts the shared socket in non-blocking mode: the sender's thread
+    must still write every byte of a message the socket cannot take at once (it raised EAGAIN: a 503 for every
+    prefill request)."""
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    theirs.setblocking(False)
+    sender = _Sender(Connection(ours.detach()))
+    messages = [(i, "upsert", bytes([i]) * n) for i, n in enumerate([3_000_000, 10, process.INLINE_BYTES * 3, 5] * 3)]
+    got, eofs = await _receive(sender, Connection(theirs.detach()), messages)
+    assert got == messages and eofs == 1
