@@ -69,3 +69,16 @@ def test_token_budget_packing_matches_the_indexer() -> None:
     counts = [100, 100, 50, 300, 10, 10]
     assert by_tokens(counts, 250) == [range(0, 3), range(3, 4), range(4, 6)]
     assert by_count(counts, 4) == [range(0, 4), range(4, 6)]
+
+
+async def test_overhead_bench_times_every_layer_and_the_api_costs_more_than_the_service() -> None:
+    """``bench_overhead`` runs (short), reports each layer, and a search through the app costs more CPU than the
+    search service it wraps (if not, the app path is not what it times)."""
+    from tests.bench import bench_overhead
+
+    result = await bench_overhead.measure(n=20)
+    assert list(result) == ["httpx post + json (mock)", "EmbeddingClient.embed_query",
+                            "store.query (Edge in-process, 500 pts)", "SearchService.search (dense)",
+                            "ASGI GET /health", "ASGI POST /v1/search (dense)"]
+    assert result["ASGI POST /v1/search (dense)"]["cpu_ms"] > result["SearchService.search (dense)"]["cpu_ms"]
+    assert "API layer over SearchService.search" in bench_overhead.report(result)
