@@ -39,3 +39,12 @@ async def within(awaitable: Awaitable[T], timeout_s: float) -> T:
         return await asyncio.wait_for(awaitable, timeout_s)
     async with _timeout(timeout_s):
         return await awaitable
+
+
+async def acquire_within(slots: asyncio.Semaphore, timeout_s: float) -> None:
+    """Take one of ``slots``, or :class:`TimeoutError` after ``timeout_s``; a free slot is taken at once, with
+    no timer (the common case on the query path)."""
+    if slots.locked():
+        await within(slots.acquire(), timeout_s)
+    else:
+        await slots.acquire()

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Literal
 
-from service.deadline import Deadline, within
+from service.deadline import Deadline, acquire_within
 from service.errors import Overloaded
 
 Lane = Literal["query", "bulk"]
@@ -43,12 +43,8 @@ class Lanes:
         wait = deadline.remaining()
         if lane == "query":
             wait = min(wait, self._acquire_timeout_s)
-        slots = self._slots[lane]
         try:
-            if slots.locked():
-                await within(slots.acquire(), wait)
-            else:
-                await slots.acquire()  # free: taken at once, without a timer
+            await acquire_within(self._slots[lane], wait)
         except asyncio.TimeoutError:
             raise Overloaded(
                 f"too many {lane} requests in flight to the {self.runner} runner", retry_after_s=1.0

@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 import numpy as np
 import qdrant_edge as qe
 
-from service.deadline import Deadline
+from service.deadline import Deadline, acquire_within, within
 from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore, check_vectors
 from service.store.errors import (
@@ -214,12 +214,12 @@ class EdgeStore(VectorStore):
         translated: a full disk is :class:`StoreFull` (507), the rest :class:`StoreError` (503)."""
         deadline = Deadline(self._timeout_s)
         try:
-            await asyncio.wait_for(self._slots.acquire(), deadline.remaining())
+            await acquire_within(self._slots, deadline.remaining())
         except asyncio.TimeoutError as exc:
             raise StoreTimeout(f"the embedded store is saturated (no slot within {self._timeout_s:g}s)") from exc
         try:
             future = asyncio.get_running_loop().run_in_executor(self._pool, fn)
-            return await asyncio.wait_for(future, deadline.remaining())
+            return await within(future, deadline.remaining())
         except asyncio.TimeoutError as exc:
             raise StoreTimeout(f"the embedded store did not answer within {self._timeout_s:g}s") from exc
         except (StoreError, CollectionNotFound):

@@ -123,6 +123,14 @@ class _Sender:
         self._sock.close()
 
 
+def _unpickle(frame: bytes) -> tuple[bool, Any]:
+    """``(True, message)``, or ``(False, the error)`` for a frame that does not unpickle."""
+    try:
+        return True, ForkingPickler.loads(frame)
+    except Exception as exc:  # noqa: BLE001 - any failure means the same: a broken pipe
+        return False, exc
+
+
 class _Receiver:
     """Reads framed messages (``multiprocessing.connection``'s framing, as ``Connection.send`` writes them) from
     one socket on the event loop, and hands each one, in the order they came, to ``on_message``; then calls
@@ -159,7 +167,7 @@ class _Receiver:
             return
         buffer = self._buffer
         buffer += data
-        while len(buffer) >= 4:
+        while self._reading and len(buffer) >= 4:  # a broken frame stops the reading mid-buffer
             (size,) = struct.unpack_from("!i", buffer)
             head = 4
             if size == -1:  # over 2 GiB: a second, 8-byte length follows
@@ -184,14 +192,18 @@ class _Receiver:
             self._pump = self._loop.create_task(self._drain())
 
     def _deliver(self, frame: bytes) -> None:
-        try:
-            message = ForkingPickler.loads(frame)
-        except Exception:  # noqa: BLE001 - a frame that does not unpickle: the pipe cannot be trusted after it
-            log.exception("the store pipe carried a message that does not unpickle")
-            self._stop_reading()
-            self._on_eof()
+        self._hand_over(*_unpickle(frame))
+
+    def _hand_over(self, ok: bool, message: Any) -> None:
+        if ok:
+            self._on_message(message)
             return
-        self._on_message(message)
+        # A frame that does not unpickle: the pipe cannot be trusted after it, so nothing queued behind it is
+        # delivered either, and the owner hears of it as the pipe's end.
+        log.error("the store pipe carried a message that does not unpickle: %r", message)
+        self._queued.clear()
+        self._stop_reading()
+        self._on_eof()
 
     async def _drain(self) -> None:
         try:
@@ -203,8 +215,7 @@ class _Receiver:
                 if len(frame) <= INLINE_BYTES:
                     self._deliver(frame)
                 else:
-                    message = await asyncio.to_thread(ForkingPickler.loads, frame)
-                    self._on_message(message)
+                    self._hand_over(*await asyncio.to_thread(_unpickle, frame))
         finally:
             self._pump = None
 

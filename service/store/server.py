@@ -20,7 +20,7 @@ import httpx
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from service.deadline import Deadline
+from service.deadline import Deadline, within
 from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore, check_vectors
 from service.store.errors import CollectionExists, CollectionNotFound, StoreError, StoreFull, StoreTimeout
@@ -80,7 +80,7 @@ class ServerStore(VectorStore):
             attempt = 0
             while True:
                 try:
-                    return await asyncio.wait_for(op(), deadline.remaining())
+                    return await within(op(), deadline.remaining())
                 except asyncio.TimeoutError as exc:
                     raise StoreTimeout(f"Qdrant did not answer within {self._timeout_s:g}s") from exc
                 except UnexpectedResponse as exc:

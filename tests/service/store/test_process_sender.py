@@ -10,6 +10,8 @@ import threading
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 
+import pytest
+
 from service.store import process
 from service.store.process import _Sender
 
@@ -145,3 +147,27 @@ async def test_messages_arrive_whole_when_the_socket_is_in_non_blocking_mode() -
     messages = [(i, "upsert", bytes([i]) * n) for i, n in enumerate([3_000_000, 10, process.INLINE_BYTES * 3, 5] * 3)]
     got, eofs = await _receive(sender, Connection(theirs.detach()), messages)
     assert got == messages and eofs == 1
+
+
+@pytest.mark.parametrize("size", [100, process.INLINE_BYTES + 100])
+async def test_a_frame_that_does_not_unpickle_ends_the_pipe_and_nothing_behind_it_is_delivered(size: int) -> None:
+    """Inline or in the thread, the same answer: the owner hears of it as the pipe's end, once."""
+    ours, theirs = socket.socketpair()
+    got: list = []
+    ended = asyncio.Event()
+    eofs = 0
+
+    def on_eof() -> None:
+        nonlocal eofs
+        eofs += 1
+        ended.set()
+
+    receiver = process._Receiver(Connection(theirs.detach()), got.append, on_eof)
+    garbage = b"\x00not a pickle" + b"x" * size
+    good = bytes(ForkingPickler.dumps(("after", 1)))
+    ours.sendall(struct.pack("!i", len(garbage)) + garbage + struct.pack("!i", len(good)) + good)
+    await asyncio.wait_for(ended.wait(), 10)
+    await asyncio.sleep(0.05)
+    assert (got, eofs) == ([], 1)
+    receiver.close()
+    ours.close()
