@@ -13,6 +13,7 @@ import asyncio
 import json
 import re
 import time
+from decimal import ROUND_HALF_UP, Decimal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -136,8 +137,15 @@ async def _shown_hits(page: Page) -> list[dict[str, Any]]:
     }))""")
 
 
+def _fixed(x: float, digits: int) -> str:
+    """`x.toFixed(digits)` as the page's JavaScript writes it: the exact binary value, ties away from zero.
+    Python's format rounds ties to even, so a timing of exactly 58.25 ms reads 58.2 here and 58.3 there."""
+    exact = Decimal(x + 0.0)  # + 0.0: -0.0 becomes 0.0, as toFixed writes it
+    return str(exact.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+
 def _score(x: float | None) -> str:
-    return "—" if x is None else f"{x:.4f}"
+    return "—" if x is None else _fixed(x, 4)
 
 
 async def _search(page: Page, api: httpx.AsyncClient, mode: str, fusion: str, rerank: str = "") -> dict[str, Any]:
@@ -172,7 +180,7 @@ async def _search(page: Page, api: httpx.AsyncClient, mode: str, fusion: str, re
         assert hit["location"] == _location_shown(api_hit["location"])
     timings = await page.eval_on_selector_all(
         "#timings [data-stage]", "ds => ds.map(d => [d.dataset.stage, d.querySelector('dd').textContent])")
-    assert dict(timings) == {k: f"{v:.1f} ms" for k, v in seen["timings_ms"].items()}
+    assert dict(timings) == {k: f"{_fixed(v, 1)} ms" for k, v in seen["timings_ms"].items()}
     assert {"search", "total"} | ({"embed"} if mode != "sparse" else set()) <= set(seen["timings_ms"])
     return expected
 

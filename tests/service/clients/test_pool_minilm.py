@@ -131,8 +131,12 @@ async def test_a_busy_replica_gets_less_of_a_burst(pool_of_three: Pool, embedder
     after = _chosen(embedder)
     routed = {u: after[u] - before.get(u, 0) for u in pool_of_three.urls}
     print(f"\nburst of {BURST} with {busy} kept busy: routed {routed}")
+    idle = [u for u in pool_of_three.urls if u != busy]
     assert routed[busy] < BURST / 3 / 2, routed  # under half its even share
-    assert routed[pool_of_three.urls[2]] > BURST / 3, routed
+    assert all(routed[u] > routed[busy] for u in idle), routed  # less than either of the others got
+    # how the rest splits between the two others varies with which of them runs faster on 2 shared cores
+    # (CI once saw 174/58): each still takes a real share
+    assert all(routed[u] >= BURST / 10 for u in idle), routed
 
 
 async def test_kill_9_mid_burst_loses_no_request_and_the_pool_recovers(
