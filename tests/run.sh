@@ -7,4 +7,4 @@ bash deploy/local/install-postgres.sh   # the PostgreSQL job queue's tests start
 bash tests/setup-browser.sh
 export RAGSERVE_TEST_BROWSER=required   # the playground's browser tests fail, not skip, without Chromium
 .venv/bin/ruff check service indexer tests
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest --durations=30 "$@"   # the slowest 30, so a CI log says where the time went
