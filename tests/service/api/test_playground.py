@@ -13,8 +13,8 @@ import asyncio
 import json
 import re
 import time
-from decimal import ROUND_HALF_UP, Decimal
 from collections.abc import AsyncIterator
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
