@@ -113,9 +113,10 @@ class EdgeStore(VectorStore):
 
     def __init__(self, root: Path, *, max_concurrency: int = 8, timeout_s: float = 10.0, threads: int = 2,
                  write_batch: int = 128, hnsw_ef: int = 256, int8_oversampling: float = 2.0,
-                 min_free_bytes: int = 64 << 20) -> None:
+                 min_free_bytes: int = 64 << 20, inline: bool = False) -> None:
         """Use :meth:`open` (it takes the folder's lock and loads every collection)."""
         self.root = root
+        self._inline = inline
         self._min_free = min_free_bytes
         self._slots = asyncio.Semaphore(max_concurrency)
         self._timeout_s = timeout_s
@@ -211,7 +212,18 @@ class EdgeStore(VectorStore):
 
     async def _run(self, name: str | None, fn: Callable[[], T]) -> T:
         """One engine call in the pool, bounded, within one deadline (slot wait included), its errors
-        translated: a full disk is :class:`StoreFull` (507), the rest :class:`StoreError` (503)."""
+        translated: a full disk is :class:`StoreFull` (507), the rest :class:`StoreError` (503).
+
+        ``inline`` stores (the store's own process) call the engine on the loop's thread instead: the binding
+        holds the GIL for the whole call, so a pool thread ran nothing in parallel there and only added two
+        thread hand-offs to every call (and a timeout could only fire after the call had finished anyway)."""
+        if self._inline:
+            try:
+                return fn()
+            except (StoreError, CollectionNotFound):
+                raise
+            except Exception as exc:  # the binding raises plain Exception with the engine's message
+                raise self._engine_error(name, exc) from exc
         deadline = Deadline(self._timeout_s)
         try:
             await acquire_within(self._slots, deadline.remaining())
@@ -225,14 +237,17 @@ class EdgeStore(VectorStore):
         except (StoreError, CollectionNotFound):
             raise
         except Exception as exc:  # the binding raises plain Exception with the engine's message
-            if name is not None and (name not in self._collections or self._collections[name].closed):
-                raise CollectionNotFound(name) from exc
-            reason = _reason(exc)
-            if reason == NO_SPACE:
-                raise StoreFull(f"the embedded store cannot write: {reason}") from exc
-            raise StoreError(f"the embedded store failed: {reason}") from exc
+            raise self._engine_error(name, exc) from exc
         finally:
             self._slots.release()
+
+    def _engine_error(self, name: str | None, exc: Exception) -> Exception:
+        if name is not None and (name not in self._collections or self._collections[name].closed):
+            return CollectionNotFound(name)
+        reason = _reason(exc)
+        if reason == NO_SPACE:
+            return StoreFull(f"the embedded store cannot write: {reason}")
+        return StoreError(f"the embedded store failed: {reason}")
 
     # --- collections -----------------------------------------------------------------------------------
 

@@ -458,7 +458,7 @@ async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
             pass  # the parent is gone: our reader sees EOF and we close
 
     try:
-        store = await EdgeStore.open(root, **kwargs)
+        store = await EdgeStore.open(root, **kwargs, inline=True)  # nothing else runs here: see EdgeStore._run
     except BaseException as exc:  # noqa: BLE001 - the parent raises it (StoreLocked, LegacyStoreLayout ...)
         first = await inbox.get()
         if first is not None:

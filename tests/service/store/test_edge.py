@@ -7,6 +7,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from service.config import Settings
 from service.server import preflight
 from service.sparse.config import SparseConfig
 from service.store.edge import EdgeStore, optimize_collection
-from service.store.errors import LegacyStoreLayout, StoreLocked
+from service.store.errors import LegacyStoreLayout, StoreError, StoreLocked
 from service.store.types import Chunk, Fusion, SparseVector
 
 LOCAL_MODE_META = {"collections": {"kb": {"vectors": {"dense": {"size": 384, "distance": "Cosine"}}}}, "aliases": {}}
@@ -302,3 +303,42 @@ def test_the_command_quantizes_and_names_a_missing_collection(tmp_path: Path) ->
                        env=env)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert f"ragserve: collection 'nope' does not exist in {tmp_path / 'qdrant'}" in r.stderr
+
+
+class _ThreadOf:
+    """A shard that notes the thread each engine call of the test runs on, then makes it."""
+
+    def __init__(self, shard: object) -> None:
+        self.shard, self.threads = shard, []
+
+    def __getattr__(self, name: str) -> object:
+        call = getattr(self.shard, name)
+
+        def noted(*args: object) -> object:
+            self.threads.append(threading.get_ident())
+            return call(*args)
+        return noted
+
+
+@pytest.mark.parametrize("inline", [False, True])
+async def test_an_inline_store_calls_the_engine_on_its_loop_thread_with_the_same_answers_and_errors(
+    tmp_path: Path, inline: bool
+) -> None:
+    """The store's own process opens its EdgeStore ``inline``: the binding holds the GIL for a whole call, so
+    the pool's threads ran nothing in parallel there. Same hits, same translated errors, no thread hop."""
+    store = await EdgeStore.open(tmp_path, inline=inline)
+    try:
+        await store.create_collection("c", dimensions=4, model="m")
+        vectors = [[1.0, 0.0, 0.0, 0.0], [0.6, 0.8, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]]
+        await store.upsert("c", [Chunk(f"d{i}", 0, f"text {i}", {"i": i}) for i in range(3)], vectors)
+        spy = _ThreadOf(store._collections["c"].shard)
+        store._collections["c"].shard = spy  # type: ignore[assignment]
+        hits = await store.query("c", dense=[1.0, 0.1, 0.0, 0.0], limit=3)
+        assert [(h.doc_id, round(h.score, 4)) for h in hits] == [("d0", 0.995), ("d1", 0.6766), ("d2", 0.0)]
+        loop_thread = threading.get_ident()
+        assert spy.threads and all((t == loop_thread) is inline for t in spy.threads), spy.threads
+        with pytest.raises(StoreError, match="the embedded store failed: .*dim"):
+            await store.query("c", dense=[1.0, 0.0], limit=3)  # the engine refuses it; we translate its message
+        store._collections["c"].shard = spy.shard  # type: ignore[assignment]
+    finally:
+        await store.aclose()
