@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -20,25 +21,49 @@ T = TypeVar("T")
 CLIENT_CLOSED_REQUEST = 499
 
 
+POLL_S = 0.25
+"""How often a running handler checks that its client is still there; the first check is one period in, so a
+search that answers sooner (nearly all of them) never pays for one."""
+
+
 async def _wait_for_disconnect(request: Request) -> None:
     # Starlette exposes disconnection only by polling (vLLM's with_cancellation does the same).
-    while not await request.is_disconnected():  # noqa: ASYNC110
-        await asyncio.sleep(0.25)
+    while True:
+        await asyncio.sleep(POLL_S)
+        if await request.is_disconnected():
+            return
 
 
 def with_cancellation(handler: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T | Response]]:
-    """Decorate a route whose signature has ``raw_request: Request``."""
+    """Decorate a route whose signature has ``raw_request: Request``.
+
+    The handler runs in the request's own task (no task of its own, no ``asyncio.wait`` over two); a watcher
+    task cancels that task when the client has gone, and the cancellation becomes the 499. A cancellation
+    from anywhere else (the server shutting down) goes on as it came."""
 
     @functools.wraps(handler)
     async def wrapper(*args: Any, **kwargs: Any) -> T | Response:
         request: Request = kwargs["raw_request"]
-        work = asyncio.ensure_future(handler(*args, **kwargs))
-        watcher = asyncio.ensure_future(_wait_for_disconnect(request))
-        done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if work in done:
+        task = asyncio.current_task()
+        assert task is not None
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            await _wait_for_disconnect(request)
+            gone = True
+            task.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            return await handler(*args, **kwargs)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            if sys.version_info >= (3, 11):
+                task.uncancel()  # ours, and handled: timeouts further up must not take it for theirs
+            return Response(status_code=CLIENT_CLOSED_REQUEST)  # a Response skips the route's response model
+        finally:
             watcher.cancel()
-            return work.result()
-        work.cancel()
-        return Response(status_code=CLIENT_CLOSED_REQUEST)  # a Response skips the route's response model
 
     return wrapper

@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
 
-from service.api.cancellation import CLIENT_CLOSED_REQUEST, with_cancellation
+from service.api.cancellation import CLIENT_CLOSED_REQUEST, POLL_S, with_cancellation
 
 
 class Answer(BaseModel):
@@ -70,8 +71,11 @@ async def test_a_client_that_stays_gets_the_answer() -> None:
         return Answer(ok=True)
 
     messages = iter([{"type": "http.request", "body": b"", "more_body": False}])
+    received = 0
 
     async def receive() -> dict[str, Any]:
+        nonlocal received
+        received += 1
         try:
             return next(messages)
         except StopIteration:
@@ -86,3 +90,39 @@ async def test_a_client_that_stays_gets_the_answer() -> None:
     await asyncio.wait_for(app(_scope("/fast"), receive, send), timeout=10)
     assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [200]
     assert b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body") == b'{"ok":true}'
+    assert received == 0  # no body to read here, and an answer inside the first poll period never polls
+
+
+async def test_a_cancellation_from_elsewhere_is_not_taken_for_a_client_that_left() -> None:
+    """The server cancelling the request (shutting down) ends it with that cancellation, not with a 499."""
+    app = FastAPI()
+    started = asyncio.Event()
+
+    @app.post("/slow")
+    @with_cancellation
+    async def slow(raw_request: Request) -> Answer:
+        started.set()
+        await asyncio.sleep(30)
+        return Answer(ok=True)
+
+    messages = iter([{"type": "http.request", "body": b"", "more_body": False}])
+
+    async def receive() -> dict[str, Any]:
+        try:
+            return next(messages)
+        except StopIteration:
+            await asyncio.sleep(3600)  # the client stays
+            raise AssertionError("unreachable") from None
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    request = asyncio.ensure_future(app(_scope("/slow"), receive, send))
+    await asyncio.wait_for(started.wait(), timeout=10)
+    await asyncio.sleep(POLL_S * 2)  # the watcher has polled and found the client there
+    request.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    assert sent == []
