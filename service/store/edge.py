@@ -211,19 +211,26 @@ class EdgeStore(VectorStore):
         return coll
 
     async def _run(self, name: str | None, fn: Callable[[], T]) -> T:
-        """One engine call in the pool, bounded, within one deadline (slot wait included), its errors
-        translated: a full disk is :class:`StoreFull` (507), the rest :class:`StoreError` (503).
+        """One engine call, its errors translated: a full disk is :class:`StoreFull` (507), the rest
+        :class:`StoreError` (503).
 
-        ``inline`` stores (the store's own process) call the engine on the loop's thread instead: the binding
-        holds the GIL for the whole call, so a pool thread ran nothing in parallel there and only added two
-        thread hand-offs to every call (and a timeout could only fire after the call had finished anyway)."""
-        if self._inline:
-            try:
-                return fn()
-            except (StoreError, CollectionNotFound):
-                raise
-            except Exception as exc:  # the binding raises plain Exception with the engine's message
-                raise self._engine_error(name, exc) from exc
+        ``inline`` stores (the store's own process) call the engine on the loop's thread: the binding holds the
+        GIL for the whole call, so a pool thread ran nothing in parallel there and only added two thread
+        hand-offs to every call (and a timeout could only fire after the call had finished anyway). The others
+        call it in the pool, bounded, within one deadline (slot wait included)."""
+        try:
+            return fn() if self._inline else await self._in_pool(fn)
+        except (StoreError, CollectionNotFound):
+            raise
+        except Exception as exc:  # the binding raises plain Exception with the engine's message
+            if name is not None and (name not in self._collections or self._collections[name].closed):
+                raise CollectionNotFound(name) from exc
+            reason = _reason(exc)
+            if reason == NO_SPACE:
+                raise StoreFull(f"the embedded store cannot write: {reason}") from exc
+            raise StoreError(f"the embedded store failed: {reason}") from exc
+
+    async def _in_pool(self, fn: Callable[[], T]) -> T:
         deadline = Deadline(self._timeout_s)
         try:
             await acquire_within(self._slots, deadline.remaining())
@@ -234,20 +241,8 @@ class EdgeStore(VectorStore):
             return await within(future, deadline.remaining())
         except asyncio.TimeoutError as exc:
             raise StoreTimeout(f"the embedded store did not answer within {self._timeout_s:g}s") from exc
-        except (StoreError, CollectionNotFound):
-            raise
-        except Exception as exc:  # the binding raises plain Exception with the engine's message
-            raise self._engine_error(name, exc) from exc
         finally:
             self._slots.release()
-
-    def _engine_error(self, name: str | None, exc: Exception) -> Exception:
-        if name is not None and (name not in self._collections or self._collections[name].closed):
-            return CollectionNotFound(name)
-        reason = _reason(exc)
-        if reason == NO_SPACE:
-            return StoreFull(f"the embedded store cannot write: {reason}")
-        return StoreError(f"the embedded store failed: {reason}")
 
     # --- collections -----------------------------------------------------------------------------------
 
