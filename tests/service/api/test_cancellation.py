@@ -25,6 +25,27 @@ def _scope(path: str) -> dict[str, Any]:
             "client": ("127.0.0.1", 5555), "server": ("127.0.0.1", 8000)}
 
 
+class _StayingClient:
+    """The client's side of one request that stays: the (empty) body, then nothing until the answer; counts
+    its ``receive`` calls and keeps what was sent."""
+
+    def __init__(self) -> None:
+        self.messages = iter([{"type": "http.request", "body": b"", "more_body": False}])
+        self.received = 0
+        self.sent: list[dict[str, Any]] = []
+
+    async def receive(self) -> dict[str, Any]:
+        self.received += 1
+        try:
+            return next(self.messages)
+        except StopIteration:
+            await asyncio.sleep(3600)
+            raise AssertionError("unreachable") from None
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+
 async def test_a_client_that_left_gets_an_empty_499_and_its_work_is_cancelled() -> None:
     app = FastAPI()
     started, cancelled = asyncio.Event(), asyncio.Event()
@@ -70,27 +91,12 @@ async def test_a_client_that_stays_gets_the_answer() -> None:
     async def fast(raw_request: Request) -> Answer:
         return Answer(ok=True)
 
-    messages = iter([{"type": "http.request", "body": b"", "more_body": False}])
-    received = 0
-
-    async def receive() -> dict[str, Any]:
-        nonlocal received
-        received += 1
-        try:
-            return next(messages)
-        except StopIteration:
-            await asyncio.sleep(3600)
-            raise AssertionError("unreachable") from None
-
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await asyncio.wait_for(app(_scope("/fast"), receive, send), timeout=10)
+    client = _StayingClient()
+    await asyncio.wait_for(app(_scope("/fast"), client.receive, client.send), timeout=10)
+    sent = client.sent
     assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [200]
     assert b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body") == b'{"ok":true}'
-    assert received == 0  # no body to read here, and an answer inside the first poll period never polls
+    assert client.received == 0  # no body to read here, and an answer inside the first poll period never polls
 
 
 async def test_a_cancellation_from_elsewhere_is_not_taken_for_a_client_that_left() -> None:
@@ -105,24 +111,11 @@ async def test_a_cancellation_from_elsewhere_is_not_taken_for_a_client_that_left
         await asyncio.sleep(30)
         return Answer(ok=True)
 
-    messages = iter([{"type": "http.request", "body": b"", "more_body": False}])
-
-    async def receive() -> dict[str, Any]:
-        try:
-            return next(messages)
-        except StopIteration:
-            await asyncio.sleep(3600)  # the client stays
-            raise AssertionError("unreachable") from None
-
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    request = asyncio.ensure_future(app(_scope("/slow"), receive, send))
+    client = _StayingClient()
+    request = asyncio.ensure_future(app(_scope("/slow"), client.receive, client.send))
     await asyncio.wait_for(started.wait(), timeout=10)
     await asyncio.sleep(POLL_S * 2)  # the watcher has polled and found the client there
     request.cancel()
     with pytest.raises(asyncio.CancelledError):
         await request
-    assert sent == []
+    assert client.sent == []
