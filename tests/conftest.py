@@ -1,7 +1,12 @@
 """Session fixtures: tiny Qwen3 checkpoints built at test time, and three real vLLM runners
 (tiny Qwen3 embedding, tiny Qwen3 reranker, all-MiniLM-L6-v2) started once, together, per session.
 A fourth, the tiny Qwen3-VL generation runner, starts only when a test first asks for it (``vl_runner``);
-so does a throwaway PostgreSQL cluster (``postgres``) for the PostgreSQL job queue."""
+so do a supervised spare MiniLM replica (``spare_minilm``, for the pool and crash tests) and a throwaway
+PostgreSQL cluster (``postgres``) for the PostgreSQL job queue.
+
+Two tiers (``tests/support/tiers.py``): the gate (the default, what CI runs) holds claims that do not depend on
+the machine's speed; ``--soak`` runs only the tests marked ``soak``, the claims about speed and load.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +18,66 @@ import pytest
 
 from service.config import Settings
 from service.profiles import MINILM, QWEN3
-from service.runners.launcher import runner_specs, running
+from service.runners.launcher import RunnerProcess, runner_specs, running
+from service.runners.supervisor import RestartPolicy
 from tests.support.app import API_KEY
 from tests.support.postgres import PostgresCluster, running_postgres
-from tests.support.runners import RunnerURLs, VLRunner, free_port
+from tests.support.runners import SOAK_VLLM_STARTS, RunnerURLs, VLRunner, counted_start, free_port, set_start_cap
+from tests.support.tiers import SOAK_OPTION
 from tests.support.tiny_qwen3 import build_tiny_qwen3
 from tests.support.tiny_qwen3_vl import build_tiny_lora, build_tiny_qwen3_vl
 
 MAX_MODEL_LEN = 2048
 VL_MAX_MODEL_LEN = 16384
 LORA_NAME = "tenant-a"
+IN_PROCESS_STORE = {"edge_process": False}
+"""The API tests' embedded store runs in the test's own process: a child process per app was ~300 spawns a
+session for tests whose claims are not about that boundary. The boundary keeps its own tests (the store
+contract over ProcessStore, tests/service/store/test_process*.py) and the API tests that are about it set
+``settings.qdrant.edge_process = True`` (the full disk; the soak tier's stall test)."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(SOAK_OPTION, action="store_true",
+                     help="run the soak tier (tests marked soak: claims about speed and load) instead of the gate")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption(SOAK_OPTION):
+        set_start_cap(SOAK_VLLM_STARTS)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The gate deselects the soak tier; ``--soak`` deselects the gate."""
+    soak = bool(config.getoption(SOAK_OPTION))
+    chosen = [i for i in items if (i.get_closest_marker("soak") is not None) == soak]
+    if len(chosen) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
+        items[:] = chosen
+
+
+SLOW_GATE_S = 60.0
+SLOW_GATE_ALLOWED = {
+    "tests/faults/test_runner_crash.py": "waits for a killed vLLM runner to be restarted (minutes on busy cores)",
+    "tests/service/clients/test_pool_minilm.py": "waits for a killed vLLM replica to be restarted",
+    "tests/faults/test_full_disk.py": "an ingest job on a full then freed disk, and a restart of the app",
+}
+"""Gating tests allowed past SLOW_GATE_S of call time, by module, with the reason. Others are listed at the end
+of the run. Listed, not failed: a bound in seconds would make the gate depend on the machine's load, which is what
+the gate must not do; the list is for whoever reads the CI log, beside pytest's 30 slowest."""
+_slow_gate: list[tuple[str, float]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and report.duration > SLOW_GATE_S and report.fspath not in SLOW_GATE_ALLOWED:
+        _slow_gate.append((report.nodeid, report.duration))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _slow_gate and not terminalreporter.config.getoption(SOAK_OPTION):
+        terminalreporter.write_sep("=", f"gating tests over {SLOW_GATE_S:.0f} s, not on the allowlist in conftest")
+        for nodeid, seconds in sorted(_slow_gate, key=lambda x: -x[1]):
+            terminalreporter.write_line(f"{seconds:8.1f} s  {nodeid}")
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +119,7 @@ def runners(tiny_qwen3: Path, runner_logs: Path) -> Iterator[RunnerURLs]:
     minilm = Settings(profile="minilm", runners={"embed_url": f"http://127.0.0.1:{ports[2]}"})
     specs = runner_specs(qwen, QWEN3) + runner_specs(minilm, MINILM)
     specs[2].name = "minilm-embedding"
+    counted_start(len(specs))
     with running(specs, log_dir=runner_logs, timeout_s=600):
         yield RunnerURLs(
             qwen3_embed=specs[0].url, qwen3_rerank=specs[1].url, minilm_embed=specs[2].url,
@@ -79,13 +135,14 @@ def qwen3_settings(runners: RunnerURLs, tmp_path: Path) -> Settings:
         api_keys=[API_KEY],
         runners={"embed_url": runners.qwen3_embed, "rerank_url": runners.qwen3_rerank,
                  "max_model_len": runners.max_model_len},
+        qdrant=IN_PROCESS_STORE,
     )
 
 
 @pytest.fixture
 def minilm_settings(runners: RunnerURLs, tmp_path: Path) -> Settings:
     return Settings(profile="minilm", data_dir=tmp_path, api_keys=[API_KEY],
-                    runners={"embed_url": runners.minilm_embed})
+                    runners={"embed_url": runners.minilm_embed}, qdrant=IN_PROCESS_STORE)
 
 
 @pytest.fixture(scope="session")
@@ -107,8 +164,24 @@ def vl_runner(tmp_path_factory: pytest.TempPathFactory, runner_logs: Path) -> It
     settings = Settings(profile="qwen3", generation=generation, runners={
         "generate_url": f"http://127.0.0.1:{free_port()}", "generate_model_path": str(model)})
     (spec,) = [s for s in runner_specs(settings, QWEN3) if s.name == "generate"]
+    counted_start(1)
     with running([spec], log_dir=runner_logs, timeout_s=600):
         yield VLRunner(spec.url, LORA_NAME, str(lora), VL_MAX_MODEL_LEN)
+
+
+@pytest.fixture(scope="session")
+def spare_minilm(runners: RunnerURLs, runner_logs: Path) -> Iterator[RunnerProcess]:
+    """One more all-MiniLM-L6-v2 runner, supervised as ``ragserve runners up`` supervises its runners (restarted
+    with backoff when it exits): the second replica of the pool tests and the victim of the crash tests, started
+    once. A test that kills it leaves it to the supervisor; the next user waits for it (``ready_again``)."""
+    settings = Settings(profile="minilm", runners={"embed_url": f"http://127.0.0.1:{free_port()}"})
+    (spec,) = runner_specs(settings, MINILM)
+    spec.name = "spare-minilm"
+    policy = RestartPolicy(initial_backoff_s=0.5, startup_timeout_s=600)
+    counted_start(1)
+    with running([spec], log_dir=runner_logs, timeout_s=600, check=False, supervise=True,
+                 restart=policy) as (runner,):
+        yield runner
 
 
 @pytest.fixture

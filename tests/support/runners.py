@@ -1,9 +1,29 @@
-"""Real vLLM runner processes for the test session, on free loopback ports."""
+"""Real vLLM runner processes for the test session, on free loopback ports, and the count of their starts."""
 
 from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
+
+GATE_VLLM_STARTS = 5
+"""vLLM servers a gate session may start (a supervisor's restart after a test's kill not counted): the three
+session runners, the VL runner and one spare MiniLM replica. Each start costs minutes on loaded cores, so a test
+that starts its own runner instead of sharing these fails rather than quietly stretching CI."""
+SOAK_VLLM_STARTS = 10
+"""The soak tier also starts a third MiniLM replica and two VL replicas of its own."""
+_starts = {"count": 0, "cap": GATE_VLLM_STARTS}
+
+
+def set_start_cap(cap: int) -> None:
+    _starts["cap"] = cap
+
+
+def counted_start(n: int = 1) -> None:
+    """Count ``n`` vLLM starts about to happen; fail past the session's cap."""
+    _starts["count"] += n
+    assert _starts["count"] <= _starts["cap"], (
+        f"{_starts['count']} vLLM starts in this session, over the cap of {_starts['cap']}: share the session's "
+        "runners (runners, vl_runner, spare_minilm) instead of starting new ones")
 
 
 def free_port() -> int:
