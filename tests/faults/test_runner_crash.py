@@ -1,12 +1,15 @@
-"""``kill -9`` of a real vLLM embedding runner: this module's own all-MiniLM-L6-v2 runner, supervised the way
-``ragserve runners up`` and ``serve --with-runners`` supervise theirs, started once for the module.
+"""``kill -9`` of a real vLLM embedding runner: the session's spare all-MiniLM-L6-v2 runner (``spare_minilm``),
+supervised the way ``ragserve runners up`` and ``serve --with-runners`` supervise theirs.
 
-- During a query burst: while the runner is down every search answers 503 with ``Retry-After`` at once (none
-  hangs, none is a 500), and once the supervisor has the runner back, searches answer again by themselves,
-  with the same hits as before (the first requests to the new runner go one at a time: a slow one is a 504 at
-  its deadline, never a pile of them).
-- During an indexing job: the job waits for the runner and completes, every document indexed, and each one
-  embedded exactly once (every embedding request that got an answer is recorded at the network edge).
+Gate (outcomes, never times):
+- Searches while the runner is down answer 503 with ``Retry-After`` and the error envelope (none is a 500), and
+  once the supervisor has the runner back, searches answer again by themselves with the same hits as before.
+- An indexing job whose batch is on its way when the runner dies waits for the runner and completes, every
+  document indexed, each one embedded exactly once (every answered embedding request is recorded at the network
+  edge). The kill happens while that batch is held at the edge, so it is mid-job by construction.
+
+Soak (``--soak``): the same kill under a burst of concurrent searches, with its timing claims (none hangs past
+its deadline, the runner's first requests go one at a time, searches recover within seconds of its return).
 """
 
 from __future__ import annotations
@@ -18,20 +21,17 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from service.config import Settings
-from service.profiles import MINILM
-from service.runners.launcher import RunnerProcess, runner_specs, running
-from service.runners.supervisor import RestartPolicy
+from service.runners.launcher import RunnerProcess
 from tests.support.app import API_KEY, app_client, wait_for_job
-from tests.support.recording import RecordingTransport
-from tests.support.runners import free_port
+from tests.support.holding import HoldingTransport
+from tests.support.supervised import answering
+from tests.support.tiers import patient
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -39,17 +39,7 @@ DEADLINE_S = 5.0  # a query's whole deadline toward the runner (RAGSERVE_UPSTREA
 RETRY_AFTER = "3"
 TOPICS = ["vectors", "kernels", "gardens", "rivers", "violins", "glaciers", "compilers", "bread"]
 QUERIES = [f"what about {t}?" for t in TOPICS]
-
-
-@pytest.fixture(scope="module")
-def supervised(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunnerProcess]:
-    settings = Settings(profile="minilm", runners={"embed_url": f"http://127.0.0.1:{free_port()}"})
-    (spec,) = runner_specs(settings, MINILM)
-    spec.name = "crash-minilm"
-    policy = RestartPolicy(initial_backoff_s=0.5, startup_timeout_s=600)
-    with running([spec], log_dir=tmp_path_factory.mktemp("crash-runner"), timeout_s=600, check=False,
-                 supervise=True, restart=policy) as (runner,):
-        yield runner
+DOCS = [{"id": f"{t}-{i}", "text": f"a note on {t}, number {i}"} for t in TOPICS for i in range(4)]
 
 
 def _settings(runner: RunnerProcess, data: Path, **extra: object) -> Settings:
@@ -65,20 +55,102 @@ def _kill(runner: RunnerProcess) -> int:
     return pid
 
 
-async def _back(runner: RunnerProcess, old_pid: int, timeout_s: float = 600) -> float:
-    """Wait until the supervisor's new process answers /health; when it did."""
-    deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=1.0) as http:
-        while time.monotonic() < deadline:
-            process = runner.process
-            if process is not None and process.pid != old_pid and process.poll() is None:
-                try:
-                    if (await http.get(f"{runner.spec.url}/health")).status_code == 200:
-                        return time.monotonic()
-                except httpx.HTTPError:
-                    pass
-            await asyncio.sleep(0.2)
-    raise AssertionError(f"the supervisor did not bring the runner back within {timeout_s}s")
+async def _group_gone(pgid: int) -> None:
+    """Until nothing of the killed runner's process group is left (the supervisor finishes its engine core, which
+    could otherwise still hold the listening socket)."""
+    deadline = time.monotonic() + patient(120)
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        assert time.monotonic() < deadline, "the killed runner's process group is still alive"
+        await asyncio.sleep(0.1)  # no event to wait on: another process's exit
+
+
+async def _restart_logged(caplog: pytest.LogCaptureFixture, old_pid: int, name: str) -> None:
+    def restarted() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "ragserve.runners"]
+
+    assert any(f"(pid {old_pid}) exited with -9" in m for m in restarted()), restarted()
+    deadline = time.monotonic() + patient(60)  # the supervisor's own health poll may notice it after ours did
+    while not any(f"{name} runner is back" in m for m in restarted()):
+        assert time.monotonic() < deadline, restarted()
+        await asyncio.sleep(0.1)
+
+
+async def _search(client, q: str):  # type: ignore[no-untyped-def]
+    return await client.post("/v1/search", json={"collection": "kb", "query": q, "top_k": 5})
+
+
+async def test_searches_while_the_runner_is_down_answer_503_then_recover(
+    spare_minilm: RunnerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="ragserve.runners")
+    await answering(spare_minilm)
+    async with app_client(_settings(spare_minilm, tmp_path)) as client:
+        assert (await client.post("/v1/collections", json={"name": "kb"})).status_code == 201
+        assert (await client.post("/v1/collections/kb/documents", json={"documents": DOCS})).status_code == 200
+        before = {q: [h["doc_id"] for h in (await _search(client, q)).json()["hits"]] for q in QUERIES}
+
+        old_pid = _kill(spare_minilm)
+        await _group_gone(old_pid)
+        # Down: a restarted vLLM needs many seconds to import and load before it listens again, so these
+        # searches, sent one after another at once, reach no runner.
+        down = [await _search(client, q) for q in QUERIES[:3]]
+
+        await answering(spare_minilm, not_pid=old_pid)
+        recovered: dict[str, list[str]] = {}
+        seen: set[int] = set()
+        deadline = time.monotonic() + patient(120)
+        while len(recovered) < len(QUERIES):  # the breaker lets the runner back in after its next probe
+            assert time.monotonic() < deadline, f"searches did not recover: {sorted(seen)}"
+            for q in (q for q in QUERIES if q not in recovered):
+                r = await _search(client, q)
+                seen.add(r.status_code)
+                assert r.status_code in (200, 503, 504), r.text
+                if r.status_code == 200:
+                    recovered[q] = [h["doc_id"] for h in r.json()["hits"]]
+            await asyncio.sleep(0.2)  # a client backing off; what is asserted is each answer, not when
+
+    for r in down:
+        assert r.status_code == 503, r.text
+        assert r.headers["retry-after"] == RETRY_AFTER
+        assert (r.json()["error"]["type"], r.json()["error"]["code"]) == ("upstream_error", "upstream_unavailable")
+    assert recovered == before
+    await _restart_logged(caplog, old_pid, spare_minilm.spec.name)
+
+
+async def test_kill_during_an_indexing_job(spare_minilm: RunnerProcess, tmp_path: Path) -> None:
+    n_docs = 600
+    texts = [f"record {i}: {TOPICS[i % len(TOPICS)]} and {TOPICS[(i * 7) % len(TOPICS)]}, item {i * 31}"
+             for i in range(n_docs)]
+    jsonl = "\n".join(json.dumps({"id": f"r{i:04}", "text": t}) for i, t in enumerate(texts))
+    edge = HoldingTransport(hold_at=3)  # the job's third embedding request waits there while the runner dies
+    await answering(spare_minilm)
+    settings = _settings(spare_minilm, tmp_path, indexer={"batch_tokens": 256, "poll_s": 0.1})
+    restarts_before = spare_minilm.restarts
+    async with app_client(settings, transports={"embedding": edge}, with_worker=True) as client:
+        assert (await client.post("/v1/collections", json={"name": "kb"})).status_code == 201
+        r = await client.post("/v1/collections/kb/ingest", files=[("files", ("records.jsonl", jsonl.encode()))])
+        assert r.status_code == 202, r.text
+        await asyncio.wait_for(edge.reached.wait(), patient(300))
+        answered_before_kill = len(edge.exchanges)
+        old_pid = _kill(spare_minilm)
+        await _group_gone(old_pid)
+        edge.release.set()
+        job = await wait_for_job(client, r.json()["id"], timeout_s=patient(600))
+        points = (await client.get("/v1/collections/kb")).json()["points"]
+
+    assert answered_before_kill < 3 < len(edge.exchanges)  # the kill came with the job under way, not at its end
+    assert spare_minilm.restarts == restarts_before + 1
+    assert spare_minilm.process is not None and spare_minilm.process.pid != old_pid
+    assert job["state"] == "succeeded", job
+    assert job["counts"]["documents_indexed"] == n_docs and job["counts"]["documents_failed"] == 0
+    assert job["errors"] == []
+    assert points == n_docs
+    embedded = Counter(t for sent, _ in edge.exchanges if "input" in sent for t in sent["input"])
+    assert embedded == Counter(texts)  # every document embedded once: none lost, none embedded twice
 
 
 @dataclass(frozen=True)
@@ -91,14 +163,16 @@ class Answer:
     retry_after: str | None
 
 
+@pytest.mark.soak
 async def test_kill_during_a_query_burst(
-    supervised: RunnerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    spare_minilm: RunnerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="ragserve.runners")
-    docs = [{"id": f"{t}-{i}", "text": f"a note on {t}, number {i}"} for t in TOPICS for i in range(4)]
+    docs = DOCS
+    await answering(spare_minilm)
     answers: list[Answer] = []
     stop = asyncio.Event()
-    async with app_client(_settings(supervised, tmp_path)) as client:
+    async with app_client(_settings(spare_minilm, tmp_path)) as client:
         assert (await client.post("/v1/collections", json={"name": "kb"})).status_code == 201
         assert (await client.post("/v1/collections/kb/documents", json={"documents": docs})).status_code == 200
         before = {}
@@ -121,8 +195,9 @@ async def test_kill_during_a_query_burst(
         tasks = [asyncio.create_task(searcher(i)) for i in range(4)]
         await asyncio.sleep(1.5)
         killed_at = time.monotonic()
-        old_pid = _kill(supervised)
-        back_at = await _back(supervised, old_pid)
+        old_pid = _kill(spare_minilm)
+        await answering(spare_minilm, not_pid=old_pid)
+        back_at = time.monotonic()
         while not (len(ok := [a for a in answers if a.started > back_at and a.status == 200]) >= 20):
             assert time.monotonic() - back_at < 30, "searches did not recover after the runner came back"
             await asyncio.sleep(0.2)
@@ -147,47 +222,4 @@ async def test_kill_during_a_query_burst(
             assert [h["doc_id"] for h in a.body["hits"]] == before[a.query]
     first_ok = min(a.started for a in ok)
     assert first_ok - back_at < 3.0  # the breaker's probe notices the runner within about a second
-    def restarted() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.name == "ragserve.runners"]
-
-    assert any(f"(pid {old_pid}) exited with -9" in m for m in restarted())
-    # The supervisor's own health poll may notice the runner a little after this test's faster poll did.
-    for _ in range(100):  # up to 10 s
-        if any("crash-minilm runner is back" in m for m in restarted()):
-            break
-        await asyncio.sleep(0.1)
-    assert any("crash-minilm runner is back" in m for m in restarted()), restarted()
-
-
-async def test_kill_during_an_indexing_job(supervised: RunnerProcess, tmp_path: Path) -> None:
-    n_docs = 600
-    texts = [f"record {i}: {TOPICS[i % len(TOPICS)]} and {TOPICS[(i * 7) % len(TOPICS)]}, item {i * 31}"
-             for i in range(n_docs)]
-    jsonl = "\n".join(json.dumps({"id": f"r{i:04}", "text": t}) for i, t in enumerate(texts))
-    recorder = RecordingTransport()
-    settings = _settings(supervised, tmp_path, indexer={"batch_tokens": 256, "poll_s": 0.1})
-    restarts_before = supervised.restarts
-    async with app_client(settings, transports={"embedding": recorder}, with_worker=True) as client:
-        assert (await client.post("/v1/collections", json={"name": "kb"})).status_code == 201
-        r = await client.post("/v1/collections/kb/ingest", files=[("files", ("records.jsonl", jsonl.encode()))])
-        assert r.status_code == 202, r.text
-        job_id = r.json()["id"]
-        while True:
-            job = (await client.get(f"/v1/jobs/{job_id}")).json()
-            assert job["state"] in ("queued", "running"), job
-            if job["counts"]["documents_indexed"] > 0:
-                break
-            await asyncio.sleep(0.05)
-        old_pid = _kill(supervised)
-        indexed_at_kill = job["counts"]["documents_indexed"]
-        job = await wait_for_job(client, job_id, timeout_s=600)
-        points = (await client.get("/v1/collections/kb")).json()["points"]
-
-    assert 0 < indexed_at_kill < n_docs
-    assert supervised.restarts == restarts_before + 1 and supervised.process.pid != old_pid  # type: ignore[union-attr]
-    assert job["state"] == "succeeded", job
-    assert job["counts"]["documents_indexed"] == n_docs and job["counts"]["documents_failed"] == 0
-    assert job["errors"] == []
-    assert points == n_docs
-    embedded = Counter(t for sent, _ in recorder.exchanges if "input" in sent for t in sent["input"])
-    assert embedded == Counter(texts)  # every document embedded once: none lost, none embedded twice
+    await _restart_logged(caplog, old_pid, spare_minilm.spec.name)
