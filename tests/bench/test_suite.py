@@ -21,6 +21,7 @@ def urls(runners: RunnerURLs) -> str:
     return f"{runners.qwen3_embed},{runners.qwen3_rerank},{runners.minilm_embed}"
 
 
+@pytest.mark.soak  # a benchmark run at toy size: minutes of CI for plumbing; the soak command runs it
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("scenario", ["embedding", "batching", "query", "rerank", "scaling"])
 def test_scenario_writes_its_table_json_and_plot(scenario: str, runners: RunnerURLs, tmp_path: Path,
@@ -71,6 +72,7 @@ def test_token_budget_packing_matches_the_indexer() -> None:
     assert by_count(counts, 4) == [range(0, 4), range(4, 6)]
 
 
+@pytest.mark.soak  # compares CPU times: a figure
 async def test_overhead_bench_times_every_layer_and_the_api_costs_more_than_the_service() -> None:
     """``bench_overhead`` runs (short), reports each layer, and a search through the app costs more CPU than the
     search service it wraps (if not, the app path is not what it times)."""

@@ -29,6 +29,7 @@ FIRST = [{"id": f"{t}-{i}", "text": f"a note about {t}, number {i}", "metadata":
          for t in TOPICS for i in range(5)]
 LATER = [{"id": f"later-{i}", "text": f"an entry on lighthouses and tides, {i}", "metadata": {"batch": 2}}
          for i in range(10)]
+ALL = 100  # more than the 52 documents the collection ever holds
 
 
 @pytest.fixture
@@ -64,9 +65,14 @@ def _free(disk: Path) -> int:
 
 
 async def _hits(client, query: str) -> list[tuple[str, float]]:  # type: ignore[no-untyped-def]
-    r = await client.post("/v1/search", json={"collection": "kb", "query": query, "top_k": 8})
+    """Every matching document with its score, best first, equal scores by id: the engine orders ties by its
+    internal offsets, which a restart may renumber (hybrid RRF ties often: rank 1 + rank 3 = rank 3 + rank 1),
+    and a cut at a small top_k would then keep one of two tied documents or the other."""
+    r = await client.post("/v1/search", json={"collection": "kb", "query": query, "top_k": ALL})
     assert r.status_code == 200, r.text
-    return [(h["doc_id"], h["score"]) for h in r.json()["hits"]]
+    hits = [(h["doc_id"], h["score"]) for h in r.json()["hits"]]
+    assert len(hits) < ALL  # nothing was cut
+    return sorted(hits, key=lambda h: (-h[1], h[0]))
 
 
 async def test_a_full_data_disk(minilm_settings: Settings, disk: Path, tmp_path: Path) -> None:
@@ -75,6 +81,7 @@ async def test_a_full_data_disk(minilm_settings: Settings, disk: Path, tmp_path:
     (source / "tides.jsonl").write_text("\n".join(json.dumps({"id": f"tide-{i}", "text": f"tide table {i}"})
                                                   for i in range(12)))
     minilm_settings.data_dir = disk
+    minilm_settings.qdrant.edge_process = True  # the production default: the store in its own process
     minilm_settings.indexer.poll_s = 0.1
     minilm_settings.ingest.allowed_roots = [source]
     path_job = {"source": {"kind": "path", "path": str(source)}}

@@ -11,8 +11,10 @@ import pytest
 
 from service.config import Settings
 from tests.support.app import app_client, wait_for_job
+from tests.support.holding import HoldingTransport
 from tests.support.pdf import make_pdf
 from tests.support.recording import RecordingTransport
+from tests.support.tiers import patient
 
 FILES: dict[str, bytes] = {
     "guide.md": b"# Guide\nHow to use the service.\n\n## Install\nInstall ragserve with pip and start the runners.\n",
@@ -157,13 +159,19 @@ async def test_cancel_a_running_job(settings: Settings, tmp_path: Path) -> None:
     _write(big, {f"f{i:04}.txt": f"document number {i} about topic {i % 17}".encode() for i in range(1500)})
     settings.indexer.batch_tokens = 64
     settings.indexer.inflight_batches = 1
-    async with app_client(settings, with_worker=True) as client:
+    edge = HoldingTransport(hold_at=3)  # one batch in flight at a time: the third waits while the job is cancelled
+    async with app_client(settings, transports={"embedding": edge}, with_worker=True) as client:
         await client.post("/v1/collections", json={"name": "docs"})
         r = await client.post("/v1/collections/docs/ingest", json={"source": {"kind": "path", "path": str(big)}})
         job_id = r.json()["id"]
+        await asyncio.wait_for(edge.reached.wait(), patient(300))
+        deadline = asyncio.get_running_loop().time() + patient(120)
+        # the first two batches were answered; their documents are written while the third waits
         while (await client.get(f"/v1/jobs/{job_id}")).json()["counts"]["documents_indexed"] == 0:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
+            assert asyncio.get_running_loop().time() < deadline, "the answered batches were never written"
+            await asyncio.sleep(0.05)  # no event to wait on from outside the worker: its job record
         cancel = await client.delete(f"/v1/jobs/{job_id}")
+        edge.release.set()
         job = await wait_for_job(client, job_id)
         points = (await client.get("/v1/collections/docs")).json()["points"]
     assert cancel.status_code == 202 and cancel.json()["cancel_requested"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import httpx
 import pytest
@@ -16,21 +17,29 @@ from tests.support.app import app_client
 from tests.support.runners import free_port
 
 
+@dataclass(frozen=True)
+class SilentServer:
+    url: str
+    arrived: asyncio.Event
+
+
 @pytest.fixture
-async def silent_server() -> AsyncIterator[str]:
-    """Accepts connections, reads, never answers: a runner that hangs."""
+async def silent_server() -> AsyncIterator[SilentServer]:
+    """Accepts connections, reads, never answers: a runner that hangs. ``arrived`` is set once a request is in."""
     conns: list[asyncio.StreamWriter] = []
+    arrived = asyncio.Event()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conns.append(writer)
         try:
             await reader.read(1 << 16)
+            arrived.set()
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
             pass
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    yield SilentServer(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", arrived)
     for w in conns:
         w.close()
     server.close()
@@ -49,15 +58,17 @@ async def _with_collection(settings: Settings) -> None:
         await AsyncClient(http_client=http).create_collection("c")
 
 
-async def test_saturated_runner_slots_raise_rate_limited(fault_settings: Settings, silent_server: str) -> None:
+async def test_saturated_runner_slots_raise_rate_limited(fault_settings: Settings,
+                                                          silent_server: SilentServer) -> None:
     await _with_collection(fault_settings)
-    fault_settings.runners.embed_url = silent_server
+    fault_settings.runners.embed_url = silent_server.url
     fault_settings.upstream.max_concurrency = 1
     fault_settings.upstream.acquire_timeout_s = 0.2
+    fault_settings.upstream.embed_timeout_s = 10.0  # the first holds the one slot for as long as the test needs it
     async with app_client(fault_settings) as http:
         rs = AsyncClient(http_client=http, max_retries=0)
         first = asyncio.create_task(rs.search("c", "one"))
-        await asyncio.sleep(0.3)
+        await silent_server.arrived.wait()  # the first search holds the slot: its request is at the runner
         with pytest.raises(RateLimited) as limited:
             await rs.search("c", "two")
         with pytest.raises(Timeout) as timed_out:

@@ -21,11 +21,13 @@ from service.profiles import QWEN3
 from service.runners.launcher import runner_specs, running
 from tests.support.app import API_KEY, app_client
 from tests.support.images import data_url, raster
-from tests.support.runners import RunnerURLs, free_port
+from tests.support.runners import RunnerURLs, counted_start, free_port
 from tests.support.tiny_qwen3_vl import build_tiny_qwen3_vl
 from tests.support.vllm_metrics import PREFIX_CACHE_HITS, each
 
-pytestmark = pytest.mark.timeout(1200)
+# Soak: two VL replicas of its own (the gate starts one VL runner in all); the routing it relies on is proven in
+# the gate by test_pool.py (one prefix lands on one replica, with scripted replicas).
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(1200)]
 
 REQUESTS = 6
 PHOTO = raster("PNG", 320, 200, color=(30, 120, 200))
@@ -51,6 +53,7 @@ def generators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
                         runners={"generate_url": urls, "generate_model_path": str(model)})
     specs = [s for s in runner_specs(settings, QWEN3) if s.name == "generate"]
     assert [s.label for s in specs] == ["generate", "generate-2"]
+    counted_start(2)
     with running(specs, log_dir=root / "logs", timeout_s=600, check=False) as processes:
         yield [p.spec.url for p in processes]
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from service.store.edge import EdgeStore
 from service.store.process import ProcessStore
@@ -84,6 +85,7 @@ async def test_a_killed_parent_leaves_no_child_and_loses_no_acknowledged_write(t
     assert set(states) - expected <= {f"d{acked + 1}-{i}" for i in range(50)}
 
 
+@pytest.mark.soak  # a stall bound measures the machine; the gate's twin: /health answers while a store call blocks
 async def test_the_loop_keeps_its_beat_while_the_child_writes_and_flushes(tmp_path: Path) -> None:
     """200,000 x 256 points written and flushed through the proxy: the engine holds the child's GIL, never ours.
 

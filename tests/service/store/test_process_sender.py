@@ -68,16 +68,22 @@ async def _receive(sender: _Sender, receiver_conn: Connection, messages: list, c
         eofs += 1
         done.set()
 
-    receiver = process._Receiver(receiver_conn, got.append, on_eof)
+    all_in = asyncio.Event()
+
+    def on_message(message: object) -> None:
+        got.append(message)
+        if len(got) == len(messages):
+            all_in.set()
+
+    receiver = process._Receiver(receiver_conn, on_message, on_eof)
     for m in messages:
         await sender.send(m)
     if close:
         sender.close(wait=True)
         sender._conn.close()  # the sending end closed: the receiver sees EOF
-        await asyncio.wait_for(done.wait(), 30)
+        await asyncio.wait_for(done.wait(), 60)
     else:
-        while len(got) < len(messages):  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(all_in.wait(), 60)
     receiver_conn.close()
     receiver.close()
     return got, eofs
@@ -121,16 +127,20 @@ async def test_a_frame_split_across_reads_is_put_back_together() -> None:
     ours, theirs = socket.socketpair()
     raw = ours
     got: list = []
-    receiver = process._Receiver(Connection(theirs.detach()), got.append, lambda: None)
+    arrived = asyncio.Event()
+
+    def on_message(message: object) -> None:
+        got.append(message)
+        arrived.set()
+
+    receiver = process._Receiver(Connection(theirs.detach()), on_message, lambda: None)
     payload = bytes(ForkingPickler.dumps(("split", b"z" * 1000)))
     frame = struct.pack("!i", len(payload)) + payload
     for i in range(len(frame)):
+        assert not got  # nothing is delivered before the frame's last byte
         raw.send(frame[i:i + 1])
-        await asyncio.sleep(0)
-    for _ in range(200):
-        if got:
-            break
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # a turn of the loop: the receiver's readiness callback may run
+    await asyncio.wait_for(arrived.wait(), 60)
     assert got == [("split", b"z" * 1000)]
     receiver.close()
     raw.close()
@@ -166,7 +176,9 @@ async def test_a_frame_that_does_not_unpickle_ends_the_pipe_and_nothing_behind_i
     garbage = b"\x00not a pickle" + b"x" * size
     good = bytes(ForkingPickler.dumps(("after", 1)))
     ours.sendall(struct.pack("!i", len(garbage)) + garbage + struct.pack("!i", len(good)) + good)
-    await asyncio.wait_for(ended.wait(), 10)
+    await asyncio.wait_for(ended.wait(), 60)
+    # An absence has no event to wait on: a few turns of the loop let a wrongly delivered message or a second
+    # end show up, if the receiver were to produce one.
     await asyncio.sleep(0.05)
     assert (got, eofs) == ([], 1)
     receiver.close()
