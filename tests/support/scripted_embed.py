@@ -60,8 +60,6 @@ class Arrival:
     body: dict[str, object]
     release: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by the test to let a held request be answered."""
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set once the request was answered or abandoned by its caller."""
     outcome: str = "pending"
     """``pending``, then ``answered`` or ``cancelled`` (the caller gave up on it: its deadline, a disconnect)."""
 
@@ -133,10 +131,8 @@ class ScriptedEmbedder:
             scripted = self.script(arrival)
         except asyncio.CancelledError:
             arrival.outcome = "cancelled"
-            arrival.ended.set()
             raise
         arrival.outcome = "answered"
-        arrival.ended.set()
         return scripted if scripted is not None else self._vectors(arrival)
 
     def _vectors(self, arrival: Arrival) -> httpx.Response:
