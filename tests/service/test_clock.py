@@ -15,8 +15,6 @@ from tests.support.clock import ManualClock, settle
 
 T = TypeVar("T")
 
-pytestmark = pytest.mark.timeout(60)  # liveness only
-
 
 def clocks() -> list[Clock]:
     return [SYSTEM, ManualClock()]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from service.clock import SYSTEM, Clock
+from tests.support.tiers import patient
 
 
 @dataclass
@@ -97,10 +98,11 @@ class FakeReplicas:
         return httpx.Response(replica.status, json={"replica": address, "echo": body})
 
 
-async def eventually(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+async def eventually(condition: Callable[[], bool], timeout_s: float | None = None) -> None:
     """Wait until ``condition()`` holds (state with no event to wait on), bounded only for liveness: on real
-    time, so where the state is the clock's doing, move a :class:`~tests.support.clock.ManualClock` instead."""
-    deadline = time.monotonic() + timeout_s
+    time, so where the state is the clock's doing, move a :class:`~tests.support.clock.ManualClock` instead.
+    ``timeout_s`` defaults to a patient 60 s (:func:`tests.support.tiers.patient`)."""
+    deadline = time.monotonic() + (patient(60.0) if timeout_s is None else timeout_s)
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)

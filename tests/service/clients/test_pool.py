@@ -22,8 +22,6 @@ from service.security.addresses import IPAddress
 from tests.support.clock import ManualClock, settle
 from tests.support.replicas import FakeReplicas
 
-pytestmark = pytest.mark.timeout(120)  # liveness only: a wait the clock does not end fails here, not in CI's limit
-
 A, B, C = "10.0.0.1:8101", "10.0.0.2:8101", "10.0.0.3:8101"
 EMBED = "/v1/embeddings"
 CHAT = "/v1/chat/completions"

@@ -25,8 +25,6 @@ from service.clients.runner import RunnerClient
 from service.errors import Overloaded
 from tests.support.clock import ManualClock, settle
 
-pytestmark = pytest.mark.timeout(120)  # liveness only: a wait the clock does not end fails here, not in CI's limit
-
 
 def _client(handler, **kw: Any) -> RunnerClient:  # type: ignore[no-untyped-def]
     options: dict[str, Any] = {"timeout_s": 5, "backoff_s": 0.01, **kw}
