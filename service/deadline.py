@@ -1,24 +1,26 @@
 """One deadline per call: every wait of the call (a slot, each attempt, each backoff) draws on it, so a
-call with retries takes at most its timeout, never (retries + 1) × timeout."""
+call with retries takes at most its timeout, never (retries + 1) × timeout. The time is its :class:`Clock`'s
+(:mod:`service.clock`), the real one unless a test holds it."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from service.clock import SYSTEM, Clock
+
 T = TypeVar("T")
-_timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 
 
 class Deadline:
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, *, clock: Clock = SYSTEM) -> None:
         self.timeout_s = timeout_s
-        self._at = time.monotonic() + timeout_s
+        self.clock = clock
+        self._at = clock.now() + timeout_s
 
     def remaining(self) -> float:
-        return max(0.0, self._at - time.monotonic())
+        return max(0.0, self._at - self.clock.now())
 
     @property
     def expired(self) -> bool:
@@ -29,22 +31,16 @@ class Deadline:
         return wait_s + then_s < self.remaining()
 
 
-async def within(awaitable: Awaitable[T], timeout_s: float) -> T:
-    """``await awaitable``, or :class:`TimeoutError` (``asyncio.TimeoutError``) after ``timeout_s``.
-
-    ``asyncio.wait_for`` runs a coroutine as a task of its own (before Python 3.12): on the query path that is
-    one more task, and one more loop turn to start it, per runner call. ``asyncio.timeout`` (3.11+) bounds the
-    await in the caller's own task."""
-    if _timeout is None:
-        return await asyncio.wait_for(awaitable, timeout_s)
-    async with _timeout(timeout_s):
-        return await awaitable
+async def within(awaitable: Awaitable[T], timeout_s: float, *, clock: Clock = SYSTEM) -> T:
+    """``await awaitable``, or :class:`TimeoutError` (``asyncio.TimeoutError``) after ``timeout_s`` of
+    ``clock``'s time (:meth:`service.clock.Clock.within`)."""
+    return await clock.within(awaitable, timeout_s)
 
 
-async def acquire_within(slots: asyncio.Semaphore, timeout_s: float) -> None:
+async def acquire_within(slots: asyncio.Semaphore, timeout_s: float, *, clock: Clock = SYSTEM) -> None:
     """Take one of ``slots``, or :class:`TimeoutError` after ``timeout_s``; a free slot is taken at once, with
     no timer (the common case on the query path)."""
     if slots.locked():
-        await within(slots.acquire(), timeout_s)
+        await clock.within(slots.acquire(), timeout_s)
     else:
         await slots.acquire()

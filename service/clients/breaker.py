@@ -7,16 +7,16 @@ with 503 and ``Retry-After`` instead of hanging (a restarting vLLM holds its por
 sent to it would wait out its whole timeout); an indexing call waits and probes again until its deadline. A probe that
 answers makes the breaker half-open: one call at a time tries the runner (a runner just restarted may be slow
 to answer its first requests), the others are told 503 meanwhile; the trial's answer closes the breaker, its
-failure, a timeout included, opens it again.
+failure, a timeout included, opens it again. Its interval is measured on its ``clock`` (:mod:`service.clock`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
+from service.clock import SYSTEM, Clock
 from service.deadline import Deadline
 
 State = Literal["closed", "open", "half_open"]
@@ -24,8 +24,9 @@ State = Literal["closed", "open", "half_open"]
 
 class Breaker:
     def __init__(self, probe: Callable[[float], Awaitable[bool]], *, threshold: int = 3, interval_s: float = 1.0,
-                 probe_timeout_s: float = 1.0) -> None:
+                 probe_timeout_s: float = 1.0, clock: Clock = SYSTEM) -> None:
         self._probe = probe
+        self._clock = clock
         self._threshold = max(1, threshold)
         self._interval_s = interval_s
         self._probe_timeout_s = probe_timeout_s
@@ -54,7 +55,7 @@ class Breaker:
         """Seconds until a probe is due (0 when one is due now or the breaker is not open)."""
         if self.state != "open":
             return 0.0
-        return max(0.0, self._interval_s - (time.monotonic() - self._last_probe))
+        return max(0.0, self._interval_s - (self._clock.now() - self._last_probe))
 
     def succeeded(self) -> None:
         self._failures = 0
@@ -66,12 +67,12 @@ class Breaker:
         if self.state == "half_open":
             self._half_open = self._trial_out = False
             self._failures = self._threshold
-            self._last_probe = time.monotonic()
+            self._last_probe = self._clock.now()
             return
         if connection:
             self._failures += 1
             if self.open:
-                self._last_probe = time.monotonic()  # a failure is as good as a probe that failed
+                self._last_probe = self._clock.now()  # a failure is as good as a probe that failed
 
     async def admit(self, deadline: Deadline) -> bool:
         """True when a call may go ahead: the breaker is closed, or this call is the half-open trial (which
@@ -96,9 +97,9 @@ class Breaker:
         return self.state == "open"
 
     async def _probe_if_due(self, deadline: Deadline) -> None:
-        if self.state != "open" or time.monotonic() - self._last_probe < self._interval_s:
+        if self.state != "open" or self._clock.now() - self._last_probe < self._interval_s:
             return
-        self._last_probe = time.monotonic()
+        self._last_probe = self._clock.now()
         timeout = min(self._probe_timeout_s, deadline.remaining())
         if timeout > 0 and await self._probe(timeout) and self.state == "open":
             self._half_open = True
@@ -112,7 +113,7 @@ class Breaker:
         while True:
             if await self.admit(deadline):
                 return True
-            wait = self._interval_s - (time.monotonic() - self._last_probe)
+            wait = self._interval_s - (self._clock.now() - self._last_probe)
             if not deadline.allows(max(wait, 0.0)):
                 return False
-            await asyncio.sleep(max(wait, 0.05))
+            await self._clock.sleep(max(wait, 0.05))

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 
 from service.clients.targets import Target, replica_url
+from service.clock import SYSTEM, Clock
 from service.security.fetch import Resolver, system_resolver
 
 log = logging.getLogger("ragserve.runners")
@@ -21,8 +22,9 @@ log = logging.getLogger("ragserve.runners")
 
 class Discovery:
     def __init__(self, targets: Sequence[Target], *, resolver: Resolver | None = None,
-                 timeout_s: float = 2.0) -> None:
+                 timeout_s: float = 2.0, clock: Clock = SYSTEM) -> None:
         self.targets = tuple(targets)
+        self._clock = clock
         self._resolver = resolver or system_resolver
         self._timeout_s = timeout_s
         self._known: dict[Target, list[str]] = {}
@@ -41,7 +43,7 @@ class Discovery:
         if not target.resolve:
             return [target.url]
         try:
-            addresses = await asyncio.wait_for(self._resolver(target.host, target.port), self._timeout_s)
+            addresses = await self._clock.within(self._resolver(target.host, target.port), self._timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
             kept = self._known.get(target, [])
             log.warning("could not resolve %s (%s); keeping its %d known replicas", target.host, exc, len(kept))

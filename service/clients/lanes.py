@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Literal
 
+from service.clock import SYSTEM, Clock
 from service.deadline import Deadline, acquire_within
 from service.errors import Overloaded
 
@@ -23,8 +24,10 @@ LANES: tuple[Lane, ...] = ("query", "bulk")
 
 
 class Lanes:
-    def __init__(self, runner: str, *, query_slots: int, bulk_slots: int, acquire_timeout_s: float) -> None:
+    def __init__(self, runner: str, *, query_slots: int, bulk_slots: int, acquire_timeout_s: float,
+                 clock: Clock = SYSTEM) -> None:
         self.runner = runner
+        self._clock = clock
         self.capacity = {"query": query_slots, "bulk": bulk_slots}
         self._slots = {"query": asyncio.Semaphore(query_slots), "bulk": asyncio.Semaphore(bulk_slots)}
         self._acquire_timeout_s = acquire_timeout_s
@@ -44,7 +47,7 @@ class Lanes:
         if lane == "query":
             wait = min(wait, self._acquire_timeout_s)
         try:
-            await acquire_within(self._slots[lane], wait)
+            await acquire_within(self._slots[lane], wait, clock=self._clock)
         except asyncio.TimeoutError:
             raise Overloaded(
                 f"too many {lane} requests in flight to the {self.runner} runner", retry_after_s=1.0

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Sequence
 from contextlib import suppress
 
@@ -27,6 +26,7 @@ from service.clients.discovery import Discovery
 from service.clients.replica import Replica, ReplicaStats
 from service.clients.routing import HashRing, by_affinity, fewest_in_flight, last_if_tried
 from service.clients.targets import Target
+from service.clock import SYSTEM, Clock
 from service.deadline import Deadline
 from service.security.fetch import Resolver
 
@@ -50,9 +50,12 @@ class ReplicaPool:
         health_interval_s: float = 2.0,
         dns_refresh_s: float = 5.0,
         affinity_load_factor: float = 1.25,
+        clock: Clock = SYSTEM,
     ) -> None:
+        """``clock`` times the upkeep, the breakers and the probes (:mod:`service.clock`; tests hold it)."""
         self.name = name
-        self.discovery = Discovery(targets, resolver=resolver, timeout_s=max(probe_timeout_s, 1.0))
+        self._clock = clock
+        self.discovery = Discovery(targets, resolver=resolver, timeout_s=max(probe_timeout_s, 1.0), clock=clock)
         self._threshold = breaker_threshold
         self._probe_interval_s = probe_interval_s
         self._probe_timeout_s = probe_timeout_s
@@ -102,7 +105,7 @@ class ReplicaPool:
         if self._resolved and self.replicas:
             log.info("%s runner: replica %s joined the pool", self.name, url)
         return Replica(url, self._probe_http, threshold=self._threshold, interval_s=self._probe_interval_s,
-                       probe_timeout_s=self._probe_timeout_s)
+                       probe_timeout_s=self._probe_timeout_s, clock=self._clock)
 
     async def _ready(self) -> None:
         """Before the first call: the names resolved once, and the upkeep task running (if this pool has one)."""
@@ -181,12 +184,12 @@ class ReplicaPool:
     # --- upkeep ----------------------------------------------------------------------------------------------
 
     async def _upkeep(self) -> None:
-        last_dns = last_health = time.monotonic()
+        last_dns = last_health = self._clock.now()
         tick = max(0.05, min(self._probe_interval_s, self._health_interval_s,
                              self._dns_refresh_s if self.discovery.dynamic else float("inf")) / 2)
         while True:
-            await asyncio.sleep(tick)
-            now = time.monotonic()
+            await self._clock.sleep(tick)
+            now = self._clock.now()
             try:
                 if self.discovery.dynamic and now - last_dns >= self._dns_refresh_s:
                     last_dns = now
@@ -200,7 +203,7 @@ class ReplicaPool:
 
     async def _look_after(self, replica: Replica, check: bool) -> None:
         if replica.breaker.state == "open":
-            await replica.breaker.known_down(Deadline(self._probe_timeout_s))  # probes when due
+            await replica.breaker.known_down(Deadline(self._probe_timeout_s, clock=self._clock))  # probes when due
         elif check and replica.breaker.state == "closed":
             if not await replica.health(self._probe_timeout_s):
                 replica.failed("health", connection=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import httpx
 
 from service.clients.breaker import Breaker, State
+from service.clock import SYSTEM, Clock
 
 ErrorKind = str
 """``connect`` (no connection), ``lost`` (dropped mid-request), ``timeout``, ``status`` (429/5xx), ``health``."""
@@ -25,11 +26,12 @@ ErrorKind = str
 
 class Replica:
     def __init__(self, url: str, probe_http: httpx.AsyncClient, *, threshold: int, interval_s: float,
-                 probe_timeout_s: float) -> None:
+                 probe_timeout_s: float, clock: Clock = SYSTEM) -> None:
         self.url = url
         self._probe_http = probe_http
+        self._clock = clock
         self.breaker = Breaker(self._probe, threshold=threshold, interval_s=interval_s,
-                               probe_timeout_s=probe_timeout_s)
+                               probe_timeout_s=probe_timeout_s, clock=clock)
         self.in_flight = 0
         self.chosen = 0
         self.last_chosen = 0
@@ -60,8 +62,8 @@ class Replica:
     async def health(self, timeout_s: float) -> bool:
         """``GET /health`` answered 200 within ``timeout_s``."""
         try:
-            response = await asyncio.wait_for(self._probe_http.get(f"{self.url}/health", timeout=timeout_s),
-                                              timeout_s + 0.1)
+            response = await self._clock.within(self._probe_http.get(f"{self.url}/health", timeout=timeout_s),
+                                                timeout_s + 0.1)
         except (httpx.HTTPError, asyncio.TimeoutError):
             return False
         return response.status_code == 200

@@ -47,7 +47,8 @@ from service.clients.lanes import Lane, Lanes
 from service.clients.pool import ReplicaPool
 from service.clients.replica import Replica, ReplicaStats
 from service.clients.targets import parse_targets
-from service.deadline import Deadline, within
+from service.clock import SYSTEM, Clock
+from service.deadline import Deadline
 from service.security.fetch import Resolver
 
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
@@ -79,6 +80,7 @@ class RunnerClient:
         unavailable_code: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         resolver: Resolver | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         """``base_url`` is the runner's URL setting: one URL, several (a comma-separated or JSON list), or
         ``dns+http://name:port`` entries (:mod:`service.clients.targets`). ``max_concurrency`` and
@@ -88,8 +90,10 @@ class RunnerClient:
         say ``generation_unavailable``, so a client can tell which capability is away). ``bulk_priority``,
         when not 0, is sent as vLLM's request ``priority`` with bulk calls (the runner must run
         ``--scheduling-policy priority``): vLLM then schedules waiting queries (priority 0) first.
-        ``transport`` and ``resolver`` replace the network and DNS edges (tests)."""
+        ``transport`` and ``resolver`` replace the network and DNS edges (tests); ``clock`` the time every
+        deadline, backoff, probe and health check is measured on (:mod:`service.clock`; tests hold it)."""
         self.name = name
+        self._clock = clock
         self.timeout_s = timeout_s
         self._connect_timeout_s = connect_timeout_s
         self._retries = retries
@@ -98,12 +102,12 @@ class RunnerClient:
         self._unavailable_code = unavailable_code
         self._bulk_priority = bulk_priority
         self.lanes = Lanes(name, query_slots=max_concurrency, bulk_slots=bulk_max_inflight,
-                           acquire_timeout_s=acquire_timeout_s)
+                           acquire_timeout_s=acquire_timeout_s, clock=clock)
         self.pool = ReplicaPool(
             name, parse_targets(base_url), transport=transport, resolver=resolver,
             breaker_threshold=breaker_threshold, probe_interval_s=probe_interval_s, probe_timeout_s=probe_timeout_s,
             health_interval_s=health_interval_s, dns_refresh_s=dns_refresh_s,
-            affinity_load_factor=affinity_load_factor,
+            affinity_load_factor=affinity_load_factor, clock=clock,
         )
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
@@ -137,7 +141,7 @@ class RunnerClient:
         a query); the slot, every attempt and every backoff fit in it. ``affinity`` (a prompt prefix key)
         routes by consistent hashing instead of to the replica with the fewest requests in flight.
         """
-        deadline = Deadline(timeout_s or self.timeout_s)
+        deadline = Deadline(timeout_s or self.timeout_s, clock=self._clock)
         if lane == "bulk" and self._bulk_priority:
             body = {**body, "priority": self._bulk_priority}
         async with self.lanes.slot(lane, deadline):
@@ -158,7 +162,7 @@ class RunnerClient:
         abort the request and free its slot in the batch.
         """
         timeout_s = timeout_s or self.timeout_s
-        deadline = Deadline(timeout_s)
+        deadline = Deadline(timeout_s, clock=self._clock)
         async with self.lanes.slot("query", deadline):
             replica, response = await self._open_stream(path, body, deadline, affinity)
             try:
@@ -184,7 +188,7 @@ class RunnerClient:
             )
             replica.in_flight += 1
             try:
-                response = await within(self._http.send(request, stream=True), deadline.remaining())
+                response = await self._clock.within(self._http.send(request, stream=True), deadline.remaining())
             except BaseException as exc:
                 replica.in_flight -= 1
                 if isinstance(exc, asyncio.CancelledError):
@@ -201,7 +205,7 @@ class RunnerClient:
                         continue
                     if not self._may_retry(attempt, deadline, None):
                         raise self._unavailable(f"cannot connect ({type(exc).__name__})") from exc
-                    await asyncio.sleep(self._delay(attempt, None))
+                    await self._clock.sleep(self._delay(attempt, None))
                     attempt += 1
                     continue
                 if isinstance(exc, httpx.TransportError):
@@ -249,7 +253,8 @@ class RunnerClient:
                     # The httpx timeouts bound each phase; within() bounds the whole attempt by what is left.
                     left = deadline.remaining()
                     timeout = httpx.Timeout(left, connect=min(self._connect_timeout_s, left))
-                    response = await within(self._http.post(replica.url + path, json=body, timeout=timeout), left)
+                    response = await self._clock.within(
+                        self._http.post(replica.url + path, json=body, timeout=timeout), left)
                 except asyncio.CancelledError:
                     if trial:
                         replica.breaker.release_trial()
@@ -288,13 +293,13 @@ class RunnerClient:
             outwait = wait_while_down and connection
             if not self._may_retry(attempt, deadline, retry_after, outwait=outwait):
                 raise failure from cause
-            await asyncio.sleep(self._delay(attempt, retry_after))
+            await self._clock.sleep(self._delay(attempt, retry_after))
             attempt += 1
 
     async def check_available(self) -> None:
         """Raise :class:`UpstreamUnavailable` now when the runner is known down (and a due probe agrees): a
         caller with work to do before its request (retrieval before generation) need not do it in vain."""
-        if await self.pool.known_down(Deadline(self._connect_timeout_s)):
+        if await self.pool.known_down(Deadline(self._connect_timeout_s, clock=self._clock)):
             raise self._unavailable(f"runner is down ({self.pool.why_down()})")
 
     async def _admit(self, deadline: Deadline, *, wait_while_down: bool, affinity: str | None,
@@ -309,7 +314,7 @@ class RunnerClient:
             wait = self.pool.next_chance_in()
             if not wait_while_down or not deadline.allows(wait):
                 raise self._unavailable(f"runner is down ({self.pool.why_down()})")
-            await asyncio.sleep(max(wait, 0.05))
+            await self._clock.sleep(max(wait, 0.05))
 
     def _may_retry(self, attempt: int, deadline: Deadline, retry_after: float | None, *,
                    outwait: bool = False) -> bool:

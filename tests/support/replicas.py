@@ -2,7 +2,8 @@
 
 Each replica can be up, refusing connections (``down``), dropping connections mid-request (``drop``),
 failing its ``/health`` only (``sick``), or holding its answers until released; every request served is
-recorded with the replica that served it.
+recorded with the replica that served it. Their delays and stalls pass on the ``clock`` the client under test
+runs on (a :class:`~tests.support.clock.ManualClock` in the pool's tests), so the test decides when they end.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from service.clock import SYSTEM, Clock
+from tests.support.tiers import patient
+
 
 @dataclass
 class FakeReplica:
@@ -24,7 +28,11 @@ class FakeReplica:
     sick: bool = False
     stall: bool = False
     """Holds its port and answers nothing, ``/health`` included (a vLLM still loading its model)."""
+    stalled: int = 0
+    """Requests it holds unanswered now because it stalls."""
     delay_s: float = 0.0
+    status: int = 200
+    """What it answers requests with (after ``delay_s``): 503 for a runner failing them."""
     hold: asyncio.Event | None = None
     in_flight: int = 0
     peak: int = 0
@@ -35,6 +43,9 @@ class FakeReplicas:
     replicas: dict[str, FakeReplica] = field(default_factory=dict)
     served: list[tuple[str, str]] = field(default_factory=list)
     """``(address, path)`` of every request answered, health checks included, in order."""
+    received: list[tuple[str, str, float]] = field(default_factory=list)
+    """``(address, path, clock time)`` of every request that reached a replica (not refused), in order."""
+    clock: Clock = SYSTEM
 
     def add(self, *addresses: str) -> FakeReplicas:
         for address in addresses:
@@ -59,8 +70,13 @@ class FakeReplicas:
         if replica is None or replica.down:
             raise httpx.ConnectError("connection refused", request=request)
         path = request.url.path
+        self.received.append((address, path, self.clock.now()))
         if replica.stall:
-            await asyncio.sleep(3600)
+            replica.stalled += 1
+            try:
+                await self.clock.sleep(3600)
+            finally:
+                replica.stalled -= 1
         if path == "/health":
             self.served.append((address, path))
             return httpx.Response(503 if replica.sick else 200)
@@ -70,7 +86,7 @@ class FakeReplicas:
         replica.peak = max(replica.peak, replica.in_flight)
         try:
             if replica.delay_s:
-                await asyncio.sleep(replica.delay_s)
+                await self.clock.sleep(replica.delay_s)
             if replica.hold is not None:
                 await replica.hold.wait()
         finally:
@@ -79,12 +95,14 @@ class FakeReplicas:
             raise httpx.RemoteProtocolError("server disconnected without sending a response", request=request)
         self.served.append((address, path))
         body = json.loads(request.content or b"{}")
-        return httpx.Response(200, json={"replica": address, "echo": body})
+        return httpx.Response(replica.status, json={"replica": address, "echo": body})
 
 
-async def eventually(condition: Callable[[], bool], timeout_s: float = 2.0) -> None:
-    """Wait until ``condition()`` holds (state with no event to wait on: a breaker, a pool's members), bounded."""
-    deadline = time.monotonic() + timeout_s
+async def eventually(condition: Callable[[], bool], timeout_s: float | None = None) -> None:
+    """Wait until ``condition()`` holds (state with no event to wait on), bounded only for liveness: on real
+    time, so where the state is the clock's doing, move a :class:`~tests.support.clock.ManualClock` instead.
+    ``timeout_s`` defaults to a patient 60 s (:func:`tests.support.tiers.patient`)."""
+    deadline = time.monotonic() + (patient(60.0) if timeout_s is None else timeout_s)
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)

@@ -10,6 +10,7 @@ import pytest
 from service.clients.discovery import Discovery
 from service.clients.targets import parse_targets
 from service.security.addresses import IPAddress
+from tests.support.clock import ManualClock
 
 
 class Answers:
@@ -41,12 +42,23 @@ async def test_a_failed_lookup_keeps_what_the_name_had(error: Exception) -> None
 
 
 async def test_a_lookup_that_hangs_is_cut_at_its_timeout() -> None:
+    """A resolver that never answers: the name keeps what it had (nothing yet) once its 0.5 s timeout passes
+    on the clock, not before."""
+    clock = ManualClock()
+    asked = asyncio.Event()
+
     async def hang(host: str, port: int) -> list[IPAddress]:
-        await asyncio.sleep(3600)
+        asked.set()
+        await asyncio.Event().wait()  # never answers
         return []
 
-    discovery = Discovery(parse_targets("dns+http://pool:8101"), resolver=hang, timeout_s=0.1)
-    assert await asyncio.wait_for(discovery.urls(), 1) == []
+    discovery = Discovery(parse_targets("dns+http://pool:8101"), resolver=hang, timeout_s=0.5, clock=clock)
+    lookup = asyncio.create_task(discovery.urls())
+    await asked.wait()
+    await clock.advance(0.25)
+    assert not lookup.done()
+    await clock.advance(0.25)
+    assert lookup.done() and lookup.result() == []
 
 
 async def test_a_name_with_no_address_empties_its_part() -> None:
