@@ -19,17 +19,21 @@ the job over (see ``Pipeline`` for what that can and cannot change).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from indexer.queue import LeaseLost
 
 
 class Lease:
-    def __init__(self, job_id: str, token: int, lease_s: float, *, sent_at: float, margin_s: float) -> None:
-        """``sent_at``: ``time.monotonic()`` just before the claim was sent."""
+    def __init__(self, job_id: str, token: int, lease_s: float, *, sent_at: float, margin_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``sent_at``: ``clock()`` just before the claim was sent. ``clock`` is the monotonic clock the lease
+        runs on; a test passes one it steps, so that the lease runs out when the test says so."""
         self.job_id = job_id
         self.token = token
         self.lease_s = lease_s
         self.margin_s = margin_s
+        self._clock = clock
         self._valid_until = sent_at + lease_s
         self.lost: str | None = None
         """Why the lease is gone, once it is (it never comes back)."""
@@ -45,7 +49,7 @@ class Lease:
 
     @property
     def remaining_s(self) -> float:
-        return self._valid_until - time.monotonic()
+        return self._valid_until - self._clock()
 
     def check(self) -> None:
         """Raise :class:`LeaseLost` unless the lease is held with at least ``margin_s`` left."""

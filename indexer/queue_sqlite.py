@@ -3,7 +3,8 @@ one host; uploads wait in a folder beside it (:class:`indexer.upload_folder.Uplo
 
 Claims are atomic (``BEGIN IMMEDIATE``); leases make a crashed worker's job claimable again, and every write
 after a claim is fenced by the claim's ``lease_token`` (see :mod:`indexer.queue`). Lease times are this host's
-wall clock, the same for every process that opens the file. Calls run in a thread (``asyncio.to_thread``) with
+wall clock (``clock``, ``time.time`` unless a test passes one it steps), the same for every process that opens
+the file. Calls run in a thread (``asyncio.to_thread``) with
 one connection per call, so the event loop never blocks on the disk.
 """
 
@@ -55,9 +56,13 @@ FENCE = "id = ? AND lease_token = ? AND state = 'running' AND lease_until >= ?"
 
 
 class SqliteJobQueue:
-    def __init__(self, path: Path, uploads_dir: Path | None = None) -> None:
-        """``uploads_dir``: where uploads wait for their job (default: ``uploads`` beside the file)."""
+    def __init__(self, path: Path, uploads_dir: Path | None = None, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        """``uploads_dir``: where uploads wait for their job (default: ``uploads`` beside the file). ``clock``:
+        the wall clock every time in the file is read from (leases, timestamps); every handle on one file
+        must share it."""
         self.path = path
+        self._clock = clock
         self.uploads = UploadFolder(uploads_dir or path.parent / "uploads")
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
@@ -97,11 +102,10 @@ class SqliteJobQueue:
 
         return await self._run(tx)
 
-    @staticmethod
-    def _fenced(db: sqlite3.Connection, job: Job, sets: str, params: Sequence[Any]) -> sqlite3.Row:
+    def _fenced(self, db: sqlite3.Connection, job: Job, sets: str, params: Sequence[Any]) -> sqlite3.Row:
         """Update the job's row only while this claim holds it; the row's new state, or :class:`LeaseLost`."""
         row = db.execute(f"UPDATE jobs SET {sets} WHERE {FENCE} RETURNING *",
-                         (*params, job.id, job.lease_token, time.time())).fetchone()
+                         (*params, job.id, job.lease_token, self._clock())).fetchone()
         if row is None:
             raise LeaseLost(f"job {job.id}: lease {job.lease_token} is no longer held")
         return row
@@ -112,7 +116,7 @@ class SqliteJobQueue:
     async def submit(self, collection: str, spec: dict[str, Any], *, job_id: str | None = None,
                      uploads: Sequence[Upload] = ()) -> Job:
         job = Job(id=job_id or uuid.uuid4().hex, collection=collection, spec=spec, state="queued",
-                  created_at=time.time())
+                  created_at=self._clock())
         if uploads:
             await asyncio.to_thread(self.uploads.save, job.id, uploads)
 
@@ -133,16 +137,15 @@ class SqliteJobQueue:
         return _job(row) if row else None
 
     async def list(self, *, limit: int = 50) -> list[Job]:
-        rows = await self._run(
-            lambda db: db.execute("SELECT * FROM jobs ORDER BY created_at DESC LIMIT ?", (limit,)).fetchall()
-        )
+        rows = await self._run(lambda db: db.execute(
+            "SELECT * FROM jobs ORDER BY created_at DESC, rowid DESC LIMIT ?", (limit,)).fetchall())
         return [_job(r) for r in rows]
 
     async def claim(self, worker: str, lease_s: float, *, max_attempts: int) -> Job | None:
         ended: list[str] = []
 
         def claim(db: sqlite3.Connection) -> sqlite3.Row | None:
-            now = time.time()
+            now = self._clock()
             while True:
                 row = db.execute(
                     "SELECT * FROM jobs WHERE state = 'queued' OR (state = 'running' AND lease_until < ?) "
@@ -171,7 +174,7 @@ class SqliteJobQueue:
         return _job(row) if row else None
 
     async def heartbeat(self, job: Job, lease_s: float) -> bool:
-        row = await self._write(lambda db: self._fenced(db, job, "lease_until = ?", (time.time() + lease_s,)))
+        row = await self._write(lambda db: self._fenced(db, job, "lease_until = ?", (self._clock() + lease_s,)))
         return bool(row["cancel_requested"])
 
     async def save_progress(self, job: Job) -> None:
@@ -194,7 +197,7 @@ class SqliteJobQueue:
         return {r["doc_id"] for r in rows}
 
     async def finish(self, job: Job, state: JobState, message: str | None = None) -> None:
-        finished_at = time.time()
+        finished_at = self._clock()
         params = (state, message, finished_at, json.dumps(job.counts.as_dict()),
                   json.dumps(job.errors[:MAX_ERRORS]), job.embed_seconds)
 
@@ -219,7 +222,7 @@ class SqliteJobQueue:
             row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is not None and row["state"] == "queued":
                 db.execute("UPDATE jobs SET state = 'cancelled', finished_at = ?, message = 'cancelled before it "
-                           "started' WHERE id = ?", (time.time(), job_id))
+                           "started' WHERE id = ?", (self._clock(), job_id))
                 return True
             if row is not None and row["state"] not in TERMINAL:
                 db.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))

@@ -9,6 +9,9 @@ is killed and tried again with the next backoff. Meanwhile ragserve's runner cli
 
 Each restart is started by the runner's own watcher thread: ``PR_SET_PDEATHSIG`` (set in the child) fires when
 the *thread* that forked it ends, and the watcher lives exactly as long as the supervision.
+
+The supervisor's time is injectable: ``clock`` (how long a runner stayed up) and ``wait_backoff`` (the wait
+before a restart). Tests step both; production uses ``time.monotonic`` and the stop event's own wait.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from service.runners.launcher import RunnerProcess, RunnerStartError
@@ -35,10 +38,16 @@ class RestartPolicy:
 
 
 class Supervisor:
-    def __init__(self, processes: Sequence[RunnerProcess], policy: RestartPolicy | None = None) -> None:
+    def __init__(self, processes: Sequence[RunnerProcess], policy: RestartPolicy | None = None, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 wait_backoff: Callable[[float], bool] | None = None) -> None:
+        """``wait_backoff(seconds)``: wait before a restart, True when stopped meanwhile (default: wait on the
+        stop event; ``stop()`` ends the wait)."""
         self.processes = list(processes)
         self.policy = policy or RestartPolicy()
         self._stop = threading.Event()
+        self._clock = clock
+        self._wait_backoff = wait_backoff or self._stop.wait
         self._threads = [
             threading.Thread(target=self._watch, args=(p,), name=f"supervise-{p.spec.label}", daemon=True)
             for p in self.processes
@@ -57,32 +66,34 @@ class Supervisor:
     def _watch(self, runner: RunnerProcess) -> None:
         policy = self.policy
         backoff = policy.initial_backoff_s
-        up_since = time.monotonic()
+        up_since: float | None = self._clock()  # when the process came up healthy; None after a failed start
         while not self._stop.wait(policy.poll_s):
             process = runner.process
             code = process.poll() if process is not None else -1
             if code is None:
-                if time.monotonic() - up_since >= policy.stable_s:
-                    backoff = policy.initial_backoff_s
                 continue
+            if up_since is not None and self._clock() - up_since >= policy.stable_s:
+                backoff = policy.initial_backoff_s  # it had stayed up: a new failure, not a crash loop
+            up_since = None
             runner.restarts += 1
             log.error("%s runner (pid %s) exited with %s; restarting it in %gs (restart %d)",
                       runner.spec.label, process.pid if process else "?", code, backoff, runner.restarts)
             runner.kill_group()
-            if self._stop.wait(backoff):
+            if self._wait_backoff(backoff) or self._stop.is_set():
                 return
             backoff = min(backoff * 2, policy.max_backoff_s)
-            started = time.monotonic()
+            started = self._clock()
             try:
                 runner.start(append_log=True)
-                runner.wait_healthy(started + policy.startup_timeout_s, stop=self._stop)
+                # The launcher's health deadline is on the real monotonic clock.
+                runner.wait_healthy(time.monotonic() + policy.startup_timeout_s, stop=self._stop)
             except RunnerStartError as exc:
                 if self._stop.is_set():
                     return
                 log.error("%s runner did not come back: %s", runner.spec.label, str(exc).splitlines()[0])
                 runner.kill_group()  # seen as exited on the next poll: tried again after the next backoff
                 continue
-            up_since = time.monotonic()
+            up_since = self._clock()
             assert runner.process is not None
             log.warning("%s runner is back (pid %d, healthy after %.0fs; %d restart(s) so far)",
                         runner.spec.label, runner.process.pid, up_since - started, runner.restarts)

@@ -6,6 +6,7 @@ Local mode is not a product backend.
 
 Collection settings are cached for ``metadata_ttl_s``: several API replicas share one server, so a change
 made by another replica is seen within the TTL; this process's own creates and deletes invalidate at once.
+The TTL runs on ``clock`` (``time.monotonic`` unless a test passes one it steps).
 """
 
 from __future__ import annotations
@@ -59,13 +60,15 @@ class ServerStore(VectorStore):
     backend = "server"
 
     def __init__(self, client: AsyncQdrantClient, *, max_concurrency: int = 8, timeout_s: float = 10.0,
-                 topology: dict[str, int | None] | None = None, metadata_ttl_s: float = 10.0):
+                 topology: dict[str, int | None] | None = None, metadata_ttl_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic):
         self.client = client
         self._topology = {k: v for k, v in (topology or {}).items() if v is not None}
         """shard_number / replication_factor / write_consistency_factor for new collections (a server)."""
         self._slots = asyncio.Semaphore(max_concurrency)
         self._timeout_s = timeout_s
         self._ttl_s = metadata_ttl_s
+        self._clock = clock
         self._described: dict[str, tuple[float, CollectionInfo]] = {}
         self._tenant_indexes: set[tuple[str, str]] = set()
 
@@ -139,7 +142,7 @@ class ServerStore(VectorStore):
                 lambda key=key, kind=kind: self.client.create_payload_index(name, key, FIELD_TYPES[kind]),
                 name,
             )
-        self._described[name] = (time.monotonic(), info)
+        self._described[name] = (self._clock(), info)
         return info
 
     async def list_collections(self) -> list[CollectionInfo]:
@@ -149,7 +152,7 @@ class ServerStore(VectorStore):
 
     async def describe(self, name: str) -> CollectionInfo:
         cached = self._described.get(name)
-        if cached is not None and time.monotonic() - cached[0] < self._ttl_s:
+        if cached is not None and self._clock() - cached[0] < self._ttl_s:
             return cached[1]
         info = await self._call(lambda: self.client.get_collection(name), name)
         vectors = info.config.params.vectors
@@ -158,7 +161,7 @@ class ServerStore(VectorStore):
         described = CollectionInfo.from_metadata(
             name, vectors[DENSE].size, info.points_count or 0, info.config.metadata or {}
         )
-        self._described[name] = (time.monotonic(), described)
+        self._described[name] = (self._clock(), described)
         return described
 
     async def get_collection(self, name: str) -> CollectionInfo:
@@ -261,7 +264,7 @@ class ServerStore(VectorStore):
     async def set_sparse_settings(self, name: str, sparse: SparseConfig, stats: SparseStats) -> CollectionInfo:
         info = replace(await self.describe(name), sparse=sparse, sparse_stats=stats)
         await self._call(lambda: self.client.update_collection(name, metadata=info.metadata()), name)
-        self._described[name] = (time.monotonic(), info)
+        self._described[name] = (self._clock(), info)
         return info
 
     async def scroll_texts(self, name: str, page_size: int = 512) -> AsyncIterator[list[tuple[str, str]]]:

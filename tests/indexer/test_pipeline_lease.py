@@ -1,11 +1,11 @@
 """The pipeline's own fence, without a heartbeat to help: an embedding answer that arrives after the lease
 ran out (the answer held at the network edge past the lease) is never written to the store or the queue,
-and no further embedding request is sent. Real MiniLM runner, real Qdrant Edge store, real SQLite queue."""
+and no further embedding request is sent. Real MiniLM runner, real Qdrant Edge store, real SQLite queue; the
+lease runs on a clock the test steps, so it runs out exactly while the answer is held, however slow the machine."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from service.config import Settings
 from service.profiles import MINILM
 from service.sparse.config import SparseConfig
 from tests.support.embed_proxy import embed_proxy
+from tests.support.lease_clock import ManualClock
 from tests.support.runners import RunnerURLs
 
 LEASE_S = 3.0
@@ -42,21 +43,17 @@ async def test_an_answer_that_arrives_after_the_lease_ran_out_is_never_written(
             worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher)
             submitted = await services.jobs.submit("lease", IngestSpec(source=PathSource(path=str(folder))).model_dump(
                 mode="json"))
-            sent = time.monotonic()
-            job = await services.jobs.claim("w", 60, max_attempts=3)  # the queue's lease is long: only ours runs out
+            clock = ManualClock()
+            sent = clock()
+            job = await services.jobs.claim("w", 600, max_attempts=3)  # the queue's lease is long: only ours runs out
             assert job is not None and job.id == submitted.id
-            lease = Lease(job.id, job.lease_token, LEASE_S, sent_at=sent, margin_s=LEASE_S / 4)
+            lease = Lease(job.id, job.lease_token, LEASE_S, sent_at=sent, margin_s=LEASE_S / 4, clock=clock)
             run = asyncio.create_task(worker.pipeline.run(job, asyncio.Event(), lease))
-            held_call = asyncio.ensure_future(asyncio.to_thread(proxy.wait_for_held, 60))
-            while not held_call.done():  # heartbeats, in effect, until the second answer is held (however slow)
-                lease.renewed(time.monotonic())
-                await asyncio.sleep(0.05)
-            held = held_call.result()
-            await asyncio.sleep(max(0.0, lease.remaining_s) + 0.05)  # then none: the lease runs out
+            held = await asyncio.to_thread(proxy.wait_for_held, 120)  # the second request, its answer held
+            clock.advance(LEASE_S)  # no heartbeat meanwhile: the lease runs out while the answer is held
             proxy.release()
             with pytest.raises(LeaseLost, match="no heartbeat acknowledged"):
-                await run
-            await asyncio.sleep(0.5)  # anything stale would land now
+                await run  # it cancels and gathers its batches before raising: nothing of it lands after this
 
             assert [c.texts for c in proxy.calls] == [["lease document 0 is about topic 0."], held.texts]
             assert held.answered is not None  # the answer did reach the pipeline

@@ -6,7 +6,11 @@ that the SIGKILL lost (a WAL that did not replay) would show up here as a missin
 Every embedding request of both processes goes through a recording proxy in front of the runner
 (tests/support/embed_proxy.py), so re-embedding is measured, not inferred from the final state: nothing is
 embedded twice within a run, no document the queue had recorded before the kill is embedded again, and the
-documents that both runs embedded are only those of the batches in flight when the first one died."""
+documents that both runs embedded are only those of the batches in flight when the first one died.
+
+The lease is long (600 s), so the first process never loses its job to a slow machine before the kill; once it
+is dead, its lease is made to run out by an explicit step (what time would do to it), and the restarted
+process takes the job over at once."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from indexer.queue_sqlite import SqliteJobQueue
 from service.store.edge import EdgeStore
 from tests.support.app import API_KEY
 from tests.support.embed_proxy import Call, embed_proxy
+from tests.support.lease_expiry import expire_sqlite_lease
 from tests.support.runners import RunnerURLs, free_port
 
 DOCS = 400
@@ -68,7 +73,7 @@ async def test_sigkill_mid_job_then_restart_indexes_everything_once(runners: Run
         env = {**os.environ, "RAGSERVE_PROFILE": "minilm", "RAGSERVE_DATA_DIR": str(data),
                "RAGSERVE_API_KEYS": API_KEY, "RAGSERVE_RUNNERS__EMBED_URL": proxy.url,
                "RAGSERVE_INDEXER__BATCH_TOKENS": str(BATCH_TOKENS),
-               "RAGSERVE_INDEXER__INFLIGHT_BATCHES": str(INFLIGHT_BATCHES), "RAGSERVE_INDEXER__LEASE_S": "3",
+               "RAGSERVE_INDEXER__INFLIGHT_BATCHES": str(INFLIGHT_BATCHES), "RAGSERVE_INDEXER__LEASE_S": "600",
                "RAGSERVE_INDEXER__POLL_S": "0.2", "RAGSERVE_INGEST__ALLOWED_ROOTS": str(tmp_path)}
         first = _serve(env, port, log)
         api = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {API_KEY}"})
@@ -86,7 +91,7 @@ async def test_sigkill_mid_job_then_restart_indexes_everything_once(runners: Run
                     break
                 await asyncio.sleep(0.05)
             first.send_signal(signal.SIGKILL)
-            first.wait(10)
+            first.wait(60)
         finally:
             await api.aclose()
             if first.poll() is None:
@@ -95,6 +100,7 @@ async def test_sigkill_mid_job_then_restart_indexes_everything_once(runners: Run
         assert killed_at is not None and killed_at.state == "running"
         assert 0 < killed_at.counts.documents_indexed < DOCS + 1, "kill must land mid-job"
         recorded_at_kill = await queue.finished_documents(job_id)
+        expire_sqlite_lease(data / "jobs.sqlite3", job_id, killed_at.lease_token)  # the dead worker's lease ends
 
         restarted_at = time.monotonic()  # every request after this is the second process's
         second = _serve(env, port, log)

@@ -12,6 +12,12 @@ test then reads, from outside A:
   statistics count exactly those: not one point, nor a statistics update, from the answer it got after
   losing the lease; B's store holds exactly the rest.
 
+Nothing is timed. A's lease (``LEASE_A_S``) runs out in real time while A is frozen: that is the mechanism
+under test (A's own monotonic clock keeps running while it is stopped), and the test waits for its effect,
+B's claim, not for a duration. B's lease is long, so B never loses the job to a slow machine. "A writes nothing
+after it resumed" is read once A has logged that it stopped the job and has then exited: nothing of A can
+land after that.
+
 The embedded Qdrant Edge store admits one process per folder, so each worker has its own store and the
 test checks each worker's writes into its own store. What it does not show, and stays for a Qdrant server
 that both workers share: a write that A had already *started* when it froze (the check passed, the call
@@ -41,7 +47,11 @@ from tests.support.runners import RunnerURLs
 from tests.support.workers import WorkerProcess, start_worker
 
 DOCS = 40
-LEASE_S = 2.0
+LEASE_A_S = 10.0
+"""A heartbeats every 3.3 s and gives up after 7.5 s without an acknowledged one, so a loop starved for a few
+seconds does not lose the job before the test freezes it; the test then waits out this lease, frozen."""
+LEASE_B_S = 600.0
+LIVENESS_S = 120.0
 MARKER = re.compile(r"fence document (\d{3})")
 
 
@@ -69,8 +79,8 @@ async def _store_state(folder: Path) -> tuple[set[str], int]:
     return set(states), info.sparse_stats.documents if info.sparse_stats else 0
 
 
-async def _ended(queue: SqliteJobQueue, job_id: str, timeout_s: float) -> Job | None:
-    deadline = time.monotonic() + timeout_s
+async def _ended(queue: SqliteJobQueue, job_id: str) -> Job | None:
+    deadline = time.monotonic() + 2 * LIVENESS_S  # a liveness bound only
     while time.monotonic() < deadline:
         job = await queue.get(job_id)
         if job is None or job.state not in ("queued", "running"):
@@ -79,19 +89,26 @@ async def _ended(queue: SqliteJobQueue, job_id: str, timeout_s: float) -> Job | 
     return await queue.get(job_id)
 
 
+def _stopped(pid: int) -> bool:
+    """Whether the kernel has stopped the process (state T in /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
 def _freeze_outside_a_write(worker: WorkerProcess, db: Path) -> None:
     """SIGSTOP the worker, making sure it is not frozen inside a queue write (SQLite would stay locked)."""
-    for _ in range(50):
+    for _ in range(200):
         worker.proc.send_signal(signal.SIGSTOP)
-        time.sleep(0.05)
-        probe = sqlite3.connect(db, timeout=0.05, isolation_level=None)
+        while not _stopped(worker.proc.pid):  # SIGSTOP is delivered asynchronously
+            time.sleep(0.01)
+        probe = sqlite3.connect(db, timeout=0, isolation_level=None)
         try:
             probe.execute("BEGIN IMMEDIATE")
             probe.execute("ROLLBACK")
             return
-        except sqlite3.OperationalError:
+        except sqlite3.OperationalError:  # frozen holding the write lock: let it run out of the write, try again
             worker.proc.send_signal(signal.SIGCONT)
-            time.sleep(0.05)
+            time.sleep(0.05)  # nothing to wait on: the write ends inside the worker; this only spaces the tries
         finally:
             probe.close()
     raise AssertionError("the worker always held the queue's write lock")
@@ -108,50 +125,48 @@ async def test_a_worker_resumed_after_losing_its_lease_writes_nothing(runners: R
     for d in data.values():
         await _create_collection(d / "qdrant")
 
-    def env(name: str, embed_url: str) -> dict[str, str]:
+    def env(name: str, embed_url: str, lease_s: float) -> dict[str, str]:
         return {"RAGSERVE_PROFILE": "minilm", "RAGSERVE_DATA_DIR": str(data[name]),
                 "RAGSERVE_RUNNERS__EMBED_URL": embed_url, "RAGSERVE_INDEXER__JOB_DB": str(db),
                 # a document (~15 tokens) over BATCH_TOKENS: one document per batch, one request per batch
                 "RAGSERVE_INDEXER__BATCH_TOKENS": "8", "RAGSERVE_INDEXER__INFLIGHT_BATCHES": "1",
-                "RAGSERVE_INDEXER__LEASE_S": str(LEASE_S), "RAGSERVE_INDEXER__POLL_S": "0.2"}
+                "RAGSERVE_INDEXER__LEASE_S": str(lease_s), "RAGSERVE_INDEXER__POLL_S": "0.2"}
 
     spec = IngestSpec(source=PathSource(path=str(folder))).model_dump(mode="json")
     with embed_proxy(runners.minilm_embed, hold_from=2) as proxy_a, \
             embed_proxy(runners.minilm_embed, hold_from=1) as proxy_b:
-        a = start_worker(env("a", proxy_a.url), tmp_path / "a.log")
+        a = start_worker(env("a", proxy_a.url, LEASE_A_S), tmp_path / "a.log")
         b: WorkerProcess | None = None
         try:
             job = await queue.submit("fence", spec)
-            held_a = await asyncio.to_thread(proxy_a.wait_for_held, 120)  # A's third batch, answer held
+            held_a = await asyncio.to_thread(proxy_a.wait_for_held, LIVENESS_S)  # A's third batch, answer held
             _freeze_outside_a_write(a, db)
-            stopped_at = time.monotonic()
+            sent_by_a = [c.texts for c in proxy_a.calls]  # A is frozen: it sends nothing more until resumed
             done_by_a = await queue.finished_documents(job.id)
             assert len(done_by_a) > 0 and not done_by_a & set(_doc_ids(held_a.texts))
 
+            b = start_worker(env("b", proxy_b.url, LEASE_B_S), tmp_path / "b.log")  # it claims once A's lease ran out
+            taken_over_by = time.monotonic() + 2 * LIVENESS_S  # a liveness bound only
             while (row := await queue.get(job.id)) is not None and row.worker and row.worker.startswith(a.id_prefix):
-                b = b or start_worker(env("b", proxy_b.url), tmp_path / "b.log")  # it claims once the lease ran out
+                assert time.monotonic() < taken_over_by, "B never took the job over"
                 await asyncio.sleep(0.05)
-            assert b is not None
-            await asyncio.to_thread(proxy_b.wait_for_held, 120)  # B is mid-job: its second answer is held
+            await asyncio.to_thread(proxy_b.wait_for_held, LIVENESS_S)  # B is mid-job: its second answer is held
             before = asdict(await queue.get(job.id)), await queue.finished_documents(job.id)  # type: ignore[arg-type]
             assert before[0]["lease_token"] == 2 and before[0]["worker"].startswith(b.id_prefix)
             assert before[1] > done_by_a  # B's first batch is recorded
 
-            resumed_at = time.monotonic()
             proxy_a.release()  # A's answer is waiting in its socket when it wakes
             a.proc.send_signal(signal.SIGCONT)
-            a.wait_for_log(r"job \w+: lease 1 lost", 30)
-            await asyncio.sleep(3 * LEASE_S)  # room for anything stale to land
+            a.wait_for_log(r"job \w+: lease 1 lost", LIVENESS_S)  # logged once A's run of the job has ended
+            assert a.stop() == 0  # and once A has exited, nothing of it can land any more
 
-            assert [c.arrived for c in proxy_a.calls if c.arrived >= resumed_at] == []
-            assert all(c.arrived < stopped_at for c in proxy_a.calls)
+            assert [c.texts for c in proxy_a.calls] == sent_by_a  # no embedding request after it was frozen
             after = asdict(await queue.get(job.id)), await queue.finished_documents(job.id)  # type: ignore[arg-type]
             assert after == before
-            assert a.stop() == 0
             a_docs, a_counted = await _store_state(data["a"] / "qdrant")
 
             proxy_b.release()
-            final = await _ended(queue, job.id, 120)
+            final = await _ended(queue, job.id)
         finally:
             a.stop()
             if b is not None:

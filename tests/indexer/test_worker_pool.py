@@ -12,6 +12,10 @@ while it waits: the batch it had in flight is the only work that is ever done tw
   documents of the batch whose answer never reached the killed worker (exactly twice), and the documents
   are split between the workers' stores with none in two of them.
 
+Leases are long (600 s), so no live worker loses its job however slow the machine; the killed worker's lease
+is made to run out by an explicit step once the worker is dead (what time would do to it), so the takeover
+waits for no clock.
+
 Each worker has its own Qdrant Edge folder (the embedded store admits one process per folder), so "in
 exactly one store" stands for "written once"; with a Qdrant server shared by all workers the same writes go
 to one collection (deterministic point ids), which this machine cannot run.
@@ -32,6 +36,7 @@ from service.profiles import MINILM
 from service.sparse.config import SparseConfig
 from service.store.edge import EdgeStore
 from tests.support.embed_proxy import EmbedProxy, embed_proxy
+from tests.support.lease_expiry import expire_postgres_lease
 from tests.support.postgres import PostgresCluster
 from tests.support.runners import RunnerURLs
 from tests.support.workers import WorkerProcess, start_worker
@@ -39,6 +44,7 @@ from tests.support.workers import WorkerProcess, start_worker
 WORKERS = 3
 JOBS = 6
 DOCS = 8
+LEASE_S = 600
 MARKER = re.compile(r"pool job (\d) document (\d{2})")
 
 
@@ -84,15 +90,16 @@ async def test_workers_drain_the_queue_and_a_killed_workers_job_is_taken_over_on
                     "RAGSERVE_PROFILE": "minilm", "RAGSERVE_DATA_DIR": str(data[n]),
                     "RAGSERVE_RUNNERS__EMBED_URL": proxies[n].url, "RAGSERVE_INDEXER__QUEUE_URL": url,
                     "RAGSERVE_INDEXER__BATCH_TOKENS": "8", "RAGSERVE_INDEXER__INFLIGHT_BATCHES": "1",
-                    "RAGSERVE_INDEXER__LEASE_S": "2", "RAGSERVE_INDEXER__POLL_S": "0.1",
+                    "RAGSERVE_INDEXER__LEASE_S": str(LEASE_S), "RAGSERVE_INDEXER__POLL_S": "0.1",
                 }, tmp_path / f"w{n}.log"))
             jobs = [await queue.submit("pool", IngestSpec(source=PathSource(path=str(f))).model_dump(mode="json"))
                     for f in folders]
             held = await asyncio.to_thread(first.wait_for_held, 120)
             workers[0].proc.send_signal(signal.SIGKILL)
-            workers[0].proc.wait(10)
+            workers[0].proc.wait(60)
             first.release()  # the answer goes nowhere
             killed_job = _doc(held.texts[0])[0]
+            await expire_postgres_lease(url, jobs[killed_job].id, 1)  # the dead worker's lease runs out now
 
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:

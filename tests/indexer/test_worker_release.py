@@ -5,7 +5,6 @@ using up one of its attempts."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from indexer.queue_sqlite import SqliteJobQueue
@@ -38,17 +37,16 @@ async def test_sigterm_hands_the_running_job_back_at_once(runners: RunnerURLs, t
         try:
             job = await queue.submit("rel", IngestSpec(source=PathSource(path=str(folder))).model_dump(mode="json"))
             await asyncio.to_thread(proxy.wait_for_held, 120)  # mid-job: two documents done, the third in flight
-            started = time.monotonic()
             worker.proc.terminate()
-            assert await asyncio.to_thread(worker.proc.wait, 30) == 0
-            stopped_in = time.monotonic() - started
+            assert await asyncio.to_thread(worker.proc.wait, 60) == 0
         finally:
             worker.stop()
     back = await queue.get(job.id)
+    # Queued again, by nobody, uncounted, though its 600 s lease never ran out (the worker exited inside the 60 s
+    # wait above): the worker handed it back itself. A lease that runs out leaves the row 'running' instead.
     assert back is not None and (back.state, back.worker, back.attempts, back.lease_token) == ("queued", None, 0, 1)
     assert await queue.finished_documents(job.id) == {"d0.txt", "d1.txt"}
     assert back.counts.documents_indexed == 2
-    assert stopped_in < 10, "handed back at once, not after the 600 s lease"
     again = await queue.claim("next", 60, max_attempts=1)  # one attempt left is enough: the release cost none
     assert again is not None and (again.id, again.attempts, again.lease_token) == (job.id, 1, 2)
     assert "released on shutdown" in worker.text()

@@ -2,24 +2,39 @@
 ``/health``, which also forks a child the way vLLM's server forks its engine core), started with the
 launcher's own process handling. SIGKILL it and the supervisor kills what is left of its group, restarts
 it with doubling backoff, logs each step, and the new process answers. (A real vLLM runner killed mid-burst
-and mid-job: tests/faults/test_runner_crash.py.)"""
+and mid-job: tests/faults/test_runner_crash.py.)
+
+The supervisor's time is the test's: each backoff is an explicit step (announced with its length, over when
+the test releases it) and "how long the runner stayed up" is a clock the test advances, so every backoff is
+asserted exactly and nothing depends on how fast this machine restarts a process. The waits that remain are
+for events (a new process answering, a log line), bounded by ``LIVENESS_S`` only."""
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import pytest
 
-from service.runners.launcher import RunnerSpec, _group_alive, running
-from service.runners.supervisor import RestartPolicy
+from service.runners.launcher import RunnerProcess, RunnerSpec, _group_alive, running
+from service.runners.supervisor import RestartPolicy, Supervisor
+from tests.support.lease_clock import ManualClock
 from tests.support.runners import free_port
+
+T = TypeVar("T")
+LIVENESS_S = 60.0
+POLICY = RestartPolicy(initial_backoff_s=0.4, max_backoff_s=5, stable_s=60, startup_timeout_s=LIVENESS_S,
+                       poll_s=0.05)
 
 STAND_IN = r'''
 import http.server, os, sys, time
@@ -64,45 +79,98 @@ def _answering_pid(url: str) -> int | None:
     return int(r.text) if r.status_code == 200 else None
 
 
-def _wait_for(predicate, timeout_s: float):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
+class SteppedBackoff:
+    """The supervisor's wait before a restart, as an explicit step: each wait is announced (:meth:`next`
+    returns its length) and lasts until the test calls :meth:`release` (or :meth:`close`, at the end)."""
+
+    def __init__(self) -> None:
+        self._asked: queue.Queue[float] = queue.Queue()
+        self._go = threading.Semaphore(0)
+        self._closed = threading.Event()
+
+    def __call__(self, seconds: float) -> bool:
+        self._asked.put(seconds)
+        self._go.acquire()
+        return self._closed.is_set()
+
+    def next(self) -> float:
+        """The length of the next backoff the supervisor waits (once it has begun waiting it)."""
+        return self._asked.get(timeout=LIVENESS_S)
+
+    def release(self) -> None:
+        self._go.release()
+
+    def unasked(self) -> bool:
+        return self._asked.empty()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._go.release(100)
+
+
+@contextmanager
+def supervised(runner: RunnerProcess, clock: ManualClock) -> Iterator[SteppedBackoff]:
+    backoff = SteppedBackoff()
+    supervisor = Supervisor([runner], POLICY, clock=clock, wait_backoff=backoff)
+    supervisor.start()
+    try:
+        yield backoff
+    finally:
+        backoff.close()
+        supervisor.stop()
+
+
+def _wait_for(predicate: Callable[[], T | None]) -> T:
+    """An event with nothing to wait on but polling: a liveness bound only."""
+    deadline = time.monotonic() + LIVENESS_S
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.05)
-    raise AssertionError(f"not within {timeout_s}s")
+    raise AssertionError(f"not within {LIVENESS_S}s")
 
 
-def test_a_killed_runner_is_restarted_with_backoff_and_logged(
+def _new_pid(url: str, old: int) -> int:
+    """Wait for a process other than ``old`` to answer ``/health``; its pid."""
+    return _wait_for(lambda: (p := _answering_pid(url)) and p != old and p)
+
+
+def _backs(caplog: pytest.LogCaptureFixture) -> int:
+    return sum("is back" in r.getMessage() for r in caplog.records)
+
+
+def test_a_killed_runner_is_restarted_with_doubling_backoff_and_logged(
     stand_in: tuple[StandInSpec, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
     spec, logs = stand_in
-    policy = RestartPolicy(initial_backoff_s=0.4, max_backoff_s=5, stable_s=60, startup_timeout_s=10, poll_s=0.05)
     caplog.set_level(logging.WARNING, logger="ragserve.runners")
-    with running([spec], log_dir=logs, check=False, supervise=True, restart=policy) as (runner,):
+    clock = ManualClock()  # never advanced: no runner stays up long enough to reset the backoff
+    with running([spec], log_dir=logs, check=False) as (runner,), supervised(runner, clock) as backoff:
         first = runner.process
         assert first is not None and _answering_pid(spec.url) == first.pid
         os.kill(first.pid, signal.SIGKILL)  # the server only: its forked child stays, as vLLM's engine core would
-        killed_at = time.monotonic()
-        second = _wait_for(lambda: (p := _answering_pid(spec.url)) and p != first.pid and p, 10)
-        first_gap = time.monotonic() - killed_at
-        _wait_for(lambda: any("is back" in r.getMessage() for r in caplog.records), 5)
+        assert backoff.next() == 0.4
         assert not _group_alive(first.pid), "the dead runner's child was left running"
+        assert runner.process is first and _answering_pid(spec.url) is None  # nothing restarted during the backoff
+        backoff.release()
+        second = _new_pid(spec.url, first.pid)
+        _wait_for(lambda: _backs(caplog) == 1)
 
         spec.crash_file.touch()  # the next start fails: one more backoff, twice as long, then it comes back
         os.kill(second, signal.SIGKILL)
-        killed_at = time.monotonic()
-        _wait_for(lambda: runner.restarts == 3, 10)  # 2: the failed start was seen exiting too
+        assert backoff.next() == 0.8
+        backoff.release()
+        assert backoff.next() == 1.6  # the failed start was seen exiting too
+        assert runner.restarts == 3
         spec.crash_file.unlink()
-        third = _wait_for(lambda: (p := _answering_pid(spec.url)) and p != second and p, 10)
-        second_gap = time.monotonic() - killed_at
-        _wait_for(lambda: sum("is back" in r.getMessage() for r in caplog.records) == 2, 5)
+        backoff.release()
+        third = _new_pid(spec.url, second)
+        _wait_for(lambda: _backs(caplog) == 2)
         assert runner.process is not None and runner.process.pid == third
+        assert backoff.unasked()  # no other restart was begun
     assert not _group_alive(third), "stopping the supervised runner left its group running"
 
-    assert 0.4 <= first_gap < 3.0
-    assert second_gap >= 0.8 + 1.6  # the failed start after 0.8 s, the good one 1.6 s after that
     messages = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert [level for level, _ in messages] == ["ERROR", "WARNING", "ERROR", "ERROR", "ERROR", "WARNING"], messages
     assert messages[0][1] == f"stand-in runner (pid {first.pid}) exited with -9; restarting it in 0.4s (restart 1)"
@@ -115,11 +183,33 @@ def test_a_killed_runner_is_restarted_with_backoff_and_logged(
     assert log_text.count("--- ragserve: restarting the stand-in runner ---") == 3
 
 
+def test_a_runner_that_stayed_up_stable_s_is_restarted_after_the_first_backoff_again(
+    stand_in: tuple[StandInSpec, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    spec, logs = stand_in
+    caplog.set_level(logging.WARNING, logger="ragserve.runners")
+    clock = ManualClock()
+    with running([spec], log_dir=logs, check=False) as (runner,), supervised(runner, clock) as backoff:
+        pid = runner.process.pid if runner.process else 0
+        steps = [(0.0, 0.4), (POLICY.stable_s - 0.5, 0.8), (POLICY.stable_s, 0.4)]
+        for n, (up_for, expected) in enumerate(steps, start=1):
+            clock.advance(up_for)  # how long the runner has been up when it is killed
+            os.kill(pid, signal.SIGKILL)
+            assert backoff.next() == expected, (up_for, expected)
+            backoff.release()
+            pid = _new_pid(spec.url, pid)
+            _wait_for(lambda n=n: _backs(caplog) == n)
+        assert runner.restarts == len(steps)
+
+
 def test_without_supervision_a_dead_runner_stays_dead(stand_in: tuple[StandInSpec, Path]) -> None:
     spec, logs = stand_in
     with running([spec], log_dir=logs, check=False) as (runner,):
-        assert runner.process is not None
-        os.kill(runner.process.pid, signal.SIGKILL)
-        time.sleep(1.0)
-        assert _answering_pid(spec.url) is None and runner.restarts == 0
+        process = runner.process
+        assert process is not None
+        os.kill(process.pid, signal.SIGKILL)
+        assert process.wait(LIVENESS_S) == -signal.SIGKILL
+        # Nothing can bring it back: only a Supervisor restarts runners, from its watcher thread, and none runs.
+        assert f"supervise-{spec.label}" not in {t.name for t in threading.enumerate()}
+        assert _answering_pid(spec.url) is None and runner.restarts == 0 and runner.process is process
         runner.kill_group()
