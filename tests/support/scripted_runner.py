@@ -90,7 +90,7 @@ class HeldStream(httpx.AsyncByteStream):
     """Server-sent events, each written only once the one before it was seen downstream (the first at once).
 
     ``events`` are the ``data:`` payloads in order (a chat answer ends with ``[DONE]``); ``written`` counts
-    those the runner has written; ``closed`` is set when the reader hung up or read to the end."""
+    those the runner has written; ``closed`` opens when the reader closes the response."""
 
     def __init__(self, events: list[str]) -> None:
         self.events = events
@@ -106,18 +106,17 @@ class HeldStream(httpx.AsyncByteStream):
             self._gates[n + 1].open()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            for n, event in enumerate(self.events):
-                try:
-                    await asyncio.wait_for(self._gates[n].wait(), 2 * LIVENESS_S)
-                except TimeoutError:  # the test has failed on its side by now; this only frees the server
-                    raise httpx.ReadError(f"event {n - 1} was never seen downstream") from None
-                self.written = n + 1
-                yield f"data: {event}\n\n".encode()
-        finally:
-            self.closed.open()
+        for n, event in enumerate(self.events):
+            try:
+                await asyncio.wait_for(self._gates[n].wait(), 2 * LIVENESS_S)
+            except TimeoutError:  # the test has failed on its side by now; this only frees the server
+                raise httpx.ReadError(f"event {n - 1} was never seen downstream") from None
+            self.written = n + 1
+            yield f"data: {event}\n\n".encode()
 
     async def aclose(self) -> None:
+        """The reader closed the response (httpx's ``Response.aclose``): on a real connection, what makes vLLM
+        abort the request. A read that was merely cancelled does not count."""
         self.closed.open()
 
 

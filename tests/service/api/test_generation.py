@@ -242,7 +242,8 @@ async def test_client_disconnect_aborts_the_generation(vl_settings: Settings, vl
                     if '"content"' in line:
                         break  # the first token arrived: hang up
         after = await _vllm_counts(vl_runner.url)
-        deadline = time.monotonic() + 30
+        # vLLM's metrics are state with no event to wait on: polled, under a liveness bound only.
+        deadline = time.monotonic() + 120
         while after["running"] and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
             after = await _vllm_counts(vl_runner.url)
@@ -330,3 +331,27 @@ async def test_a_grounded_stream_is_relayed_event_by_event_then_its_citations(tm
     text = part["text"]
     assert part["type"] == "text" and text.endswith("Question: How do I reset the router?")
     assert text.startswith("Context:\n" + "\n\n".join(f"[{c['number']}] {c['text']}" for c in citations))
+
+
+async def test_a_client_that_hangs_up_closes_the_runners_stream(tmp_path: Path) -> None:
+    """ragserve's half of aborting a generation (vLLM's half, stopping the work, is
+    test_client_disconnect_aborts_the_generation): the client hangs up after the first event, while the
+    runner holds the second until that event is seen, and the stream toward the runner must be closed."""
+    runner = ScriptedRunner(dimensions=384)
+    stream = runner.hold_stream(chat_chunks(WORDS))
+    settings = scripted_settings(tmp_path)
+    with live_server(settings, transports=runner.transports) as base:
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=LIVENESS_S) as client:
+            async with client.stream("POST", "/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "Write forever."}], "stream": True,
+            }) as response:
+                assert response.status_code == 200
+                lines = response.aiter_lines()
+                first = await asyncio.wait_for(anext(lines), LIVENESS_S)
+            assert first == f"data: {stream.events[0]}"  # and the client hangs up, not acknowledging it
+            try:
+                await asyncio.wait_for(stream.closed.wait(), LIVENESS_S)
+            except TimeoutError:
+                raise AssertionError("the client left, and ragserve still holds the runner's stream open") from None
+    assert stream.written == 1
