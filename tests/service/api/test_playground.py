@@ -3,9 +3,9 @@ against the real API, the real vLLM runners and the embedded store.
 
 The assertions are on what the page shows: the hits and their order next to the API's answer to the same
 request, the words inside <mark>, the scores, timings and locations printed, a job's progress reaching
-"succeeded" with its counts, a streamed answer growing on screen, a citation opened by a click. The streamed answer's growth is
-driven by a scripted runner (:mod:`tests.support.scripted_runner`) that writes each event only once the
-page shows the one before, so that test starts no vLLM.
+"succeeded" with its counts, a streamed answer growing on screen, a citation opened by a click. The growth
+of a streamed answer is driven by a scripted runner (:mod:`tests.support.scripted_runner`) that writes each
+event only once the page shows the one before; that test starts no vLLM.
 Screenshots go to ``$RAGSERVE_TEST_ARTIFACTS/playground`` (or pytest's temp folder); the path is printed.
 """
 
