@@ -72,7 +72,7 @@ async def test_image_search_generates_the_query_then_embeds_searches_and_reranks
     assert generated and generated == again.json()["generated_query"]  # greedy: deterministic
     assert result["query"] == f"how do I reset it?\n{generated}"
     assert result["image"] == {"format": "PNG", "width": 320, "height": 200, "source_width": 320, "source_height": 200}
-    assert result["reranked"] is True and len(result["hits"]) == 3
+    assert result["reranked"] is True and sorted(h["doc_id"] for h in result["hits"]) == ["chart", "fox", "router"]
     assert {"image", "image_query", "embed", "search", "rerank", "total"} <= set(result["timings_ms"])
     assert image_only.json()["query"] == image_only.json()["generated_query"]
     assert upload.status_code == 200, upload.text
