@@ -11,7 +11,10 @@ import pytest
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
 
-from service.api.cancellation import CLIENT_CLOSED_REQUEST, POLL_S, with_cancellation
+from service.api.cancellation import CLIENT_CLOSED_REQUEST, with_cancellation
+
+LIVENESS_S = 60.0
+"""A bound on liveness only (a hung handler fails instead of hanging the suite); nothing here is timed."""
 
 
 class Answer(BaseModel):
@@ -27,15 +30,18 @@ def _scope(path: str) -> dict[str, Any]:
 
 class _StayingClient:
     """The client's side of one request that stays: the (empty) body, then nothing until the answer; counts
-    its ``receive`` calls and keeps what was sent."""
+    its ``receive`` calls, sets ``asked`` at the first (the handlers here read no body, so only the watcher's
+    ``is_disconnected()`` poll asks), and keeps what was sent."""
 
     def __init__(self) -> None:
         self.messages = iter([{"type": "http.request", "body": b"", "more_body": False}])
         self.received = 0
+        self.asked = asyncio.Event()
         self.sent: list[dict[str, Any]] = []
 
     async def receive(self) -> dict[str, Any]:
         self.received += 1
+        self.asked.set()
         try:
             return next(self.messages)
         except StopIteration:
@@ -76,7 +82,7 @@ async def test_a_client_that_left_gets_an_empty_499_and_its_work_is_cancelled() 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await asyncio.wait_for(app(_scope("/slow"), receive, send), timeout=10)
+    await asyncio.wait_for(app(_scope("/slow"), receive, send), timeout=LIVENESS_S)
     assert cancelled.is_set()
     (start,) = [m for m in sent if m["type"] == "http.response.start"]
     assert start["status"] == CLIENT_CLOSED_REQUEST  # before the fix: None failed the response model, a 500
@@ -92,7 +98,7 @@ async def test_a_client_that_stays_gets_the_answer() -> None:
         return Answer(ok=True)
 
     client = _StayingClient()
-    await asyncio.wait_for(app(_scope("/fast"), client.receive, client.send), timeout=10)
+    await asyncio.wait_for(app(_scope("/fast"), client.receive, client.send), timeout=LIVENESS_S)
     sent = client.sent
     assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [200]
     assert b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body") == b'{"ok":true}'
@@ -113,8 +119,11 @@ async def test_a_cancellation_from_elsewhere_is_not_taken_for_a_client_that_left
 
     client = _StayingClient()
     request = asyncio.ensure_future(app(_scope("/slow"), client.receive, client.send))
-    await asyncio.wait_for(started.wait(), timeout=10)
-    await asyncio.sleep(POLL_S * 2)  # the watcher has polled and found the client there
+    await asyncio.wait_for(started.wait(), timeout=LIVENESS_S)
+    # The watcher's poll reaches the client's receive; when this task wakes, the watcher has already taken
+    # the answer (the client is there) and gone back to waiting: the request runs on, nothing sent.
+    await asyncio.wait_for(client.asked.wait(), timeout=LIVENESS_S)
+    assert not request.done() and client.sent == []
     request.cancel()
     with pytest.raises(asyncio.CancelledError):
         await request

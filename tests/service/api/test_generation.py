@@ -4,6 +4,8 @@ with production's flags), the tiny Qwen3 embedding and reranker runners, and the
 Random weights write meaningless text, so these tests assert what ragserve controls: what it sends the
 generator (recorded at the transport, which still talks to the real runner), the shape and ordering of
 what comes back, determinism of greedy decoding, citations, streaming, LoRA selection and cancellation.
+The claims about ragserve's relaying of a stream (each event forwarded before the runner writes the next)
+use a scripted runner at the network edge (:mod:`tests.support.scripted_runner`) and start no vLLM.
 """
 
 from __future__ import annotations
@@ -12,16 +14,25 @@ import asyncio
 import json
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from service.config import Settings
-from tests.support.app import app_client
+from tests.support.app import API_KEY, app_client
 from tests.support.images import data_url, raster
 from tests.support.origin import Answer, running_origin
 from tests.support.recording import RecordingTransport
 from tests.support.runners import VLRunner
+from tests.support.scripted_runner import (
+    GENERATOR,
+    LIVENESS_S,
+    ScriptedRunner,
+    chat_chunks,
+    read_events,
+    scripted_settings,
+)
 from tests.support.server import live_server
 
 PHOTO = raster("PNG", 320, 200, color=(30, 120, 200))
@@ -61,7 +72,7 @@ async def test_image_search_generates_the_query_then_embeds_searches_and_reranks
     assert generated and generated == again.json()["generated_query"]  # greedy: deterministic
     assert result["query"] == f"how do I reset it?\n{generated}"
     assert result["image"] == {"format": "PNG", "width": 320, "height": 200, "source_width": 320, "source_height": 200}
-    assert result["reranked"] is True and len(result["hits"]) == 3
+    assert result["reranked"] is True and sorted(h["doc_id"] for h in result["hits"]) == ["chart", "fox", "router"]
     assert {"image", "image_query", "embed", "search", "rerank", "total"} <= set(result["timings_ms"])
     assert image_only.json()["query"] == image_only.json()["generated_query"]
     assert upload.status_code == 200, upload.text
@@ -120,7 +131,6 @@ async def test_streamed_answer_ends_with_citations(vl_settings: Settings) -> Non
         async with httpx.AsyncClient(base_url=base, headers=headers, timeout=120) as client:
             await _seed(client)
             events: list[str] = []
-            arrival: list[float] = []
             async with client.stream("POST", "/v1/chat/completions", json={
                 "messages": [{"role": "user", "content": "How do I reset the router?"}],
                 "stream": True, "max_tokens": 32, "temperature": 0, "ignore_eos": True,
@@ -132,12 +142,11 @@ async def test_streamed_answer_ends_with_citations(vl_settings: Settings) -> Non
                 async for line in response.aiter_lines():
                     if line.startswith("data: "):
                         events.append(line[6:])
-                        arrival.append(time.monotonic())
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     content = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
-    assert len(content) >= 8  # token by token, not one blob
-    assert arrival[-1] > arrival[0]
+    assert len(content) >= 8  # token by token, not one blob (that each reaches the client before the runner
+    # writes the next is test_a_stream_reaches_the_client_event_by_event's claim, with a scripted runner)
     usage = [c for c in chunks if c.get("usage")]
     assert usage and usage[-1]["usage"]["completion_tokens"] == 32
     final = chunks[-1]
@@ -233,7 +242,8 @@ async def test_client_disconnect_aborts_the_generation(vl_settings: Settings, vl
                     if '"content"' in line:
                         break  # the first token arrived: hang up
         after = await _vllm_counts(vl_runner.url)
-        deadline = time.monotonic() + 30
+        # vLLM's metrics are state with no event to wait on: polled, under a liveness bound only.
+        deadline = time.monotonic() + 120
         while after["running"] and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
             after = await _vllm_counts(vl_runner.url)
@@ -261,54 +271,87 @@ async def test_the_runner_itself_fetches_nothing(vl_runner: VLRunner) -> None:
         assert origin.requests == []
 
 
-class _SlowUpstream(httpx.AsyncByteStream):
-    """A generation runner's streamed answer, one event every ``gap_s``, each send time recorded (the
-    last, ``[DONE]``, is when the upstream has finished)."""
-
-    def __init__(self, events: list[str], gap_s: float) -> None:
-        self.events, self.gap_s = events, gap_s
-        self.sent: list[float] = []
-
-    async def __aiter__(self):  # type: ignore[no-untyped-def]
-        for i, event in enumerate(self.events):
-            if i:
-                await asyncio.sleep(self.gap_s)
-            self.sent.append(time.monotonic())
-            yield f"data: {event}\n\n".encode()
+WORDS = ["Reset", " the", " router", " now", " [1]", "."]
 
 
-async def test_a_stream_reaches_the_client_as_the_upstream_writes_it(minilm_settings: Settings) -> None:
-    """A proxy that buffered the answer would deliver the first token only after the upstream finished;
-    here the runner's network edge is a slow stream (one event a second), and each event must reach the
-    client over real HTTP before the upstream has written the next one."""
-    words = ["Reset", " the", " router", " now", "."]
-    chunks = [json.dumps({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "slow",
-                          "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]}) for w in words]
-    upstream = _SlowUpstream([*chunks, "[DONE]"], gap_s=1.0)
-    seen: list[dict[str, Any]] = []
-
-    async def runner(request: httpx.Request) -> httpx.Response:
-        seen.append(json.loads(request.content))
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=upstream)
-
-    minilm_settings.generation.model = "slow"
-    with live_server(minilm_settings, transports={"generate": httpx.MockTransport(runner)}) as base:
-        headers = {"Authorization": f"Bearer {minilm_settings.api_keys[0].get_secret_value()}"}
-        arrival: list[float] = []
-        received: list[str] = []
-        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as client, client.stream(
+async def test_a_stream_reaches_the_client_event_by_event(tmp_path: Path) -> None:
+    """A proxy that buffered the answer would write nothing until the upstream finished. The scripted runner
+    writes event n + 1 only after the client over real HTTP has read event n: a proxy that held even one
+    event back would deadlock, and the liveness bound fails the test naming that event."""
+    runner = ScriptedRunner(dimensions=384)
+    stream = runner.hold_stream(chat_chunks(WORDS))
+    settings = scripted_settings(tmp_path)
+    with live_server(settings, transports=runner.transports) as base:
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=LIVENESS_S) as client, client.stream(
             "POST", "/v1/chat/completions",
-            json={"messages": [{"role": "user", "content": "How do I reset it?"}], "stream": True},
+            json={"messages": [{"role": "user", "content": "How do I reset it?"}], "stream": True, "max_tokens": 16},
         ) as response:
             assert response.status_code == 200
-            async for line in response.aiter_lines():
-                if line.startswith("data: {"):
-                    arrival.append(time.monotonic())
-                    received.append(json.loads(line[6:])["choices"][0]["delta"]["content"])
-    assert seen[0]["stream"] is True and seen[0]["model"] == "slow"
-    assert received == words
-    assert len(upstream.sent) == len(words) + 1
-    finished = upstream.sent[-1]
-    assert arrival[0] < finished - 3.5, "the first token waited for the upstream to finish"
-    for i in range(len(words)):
-        assert upstream.sent[i] <= arrival[i] < upstream.sent[i + 1], f"event {i} was held back"
+            assert response.headers["content-type"].startswith("text/event-stream")
+            events = await read_events(response, stream)
+    assert events == stream.events  # each event as the runner wrote it, in order, nothing added in proxy mode
+    (sent,) = runner.bodies("/v1/chat/completions")
+    assert sent == {"model": GENERATOR, "messages": [{"role": "user", "content": "How do I reset it?"}],
+                    "max_tokens": 16, "stream": True}
+
+
+async def test_a_grounded_stream_is_relayed_event_by_event_then_its_citations(tmp_path: Path) -> None:
+    """The grounded relay (which reads each event to collect the answer for its citations) forwards each
+    event before the runner writes the next, then adds one chunk with the citations, then ``[DONE]``."""
+    runner = ScriptedRunner(dimensions=384)
+    stream = runner.hold_stream(chat_chunks(WORDS))
+    settings = scripted_settings(tmp_path)
+    with live_server(settings, transports=runner.transports) as base:
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=LIVENESS_S) as client:
+            await _seed(client)
+            async with client.stream("POST", "/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "How do I reset the router?"}], "stream": True,
+                "ragserve": {"collections": ["docs"], "top_k": 3},
+            }) as response:
+                assert response.status_code == 200, await response.aread()
+                events = await read_events(response, stream)
+    assert events[: len(WORDS)] == stream.events[: len(WORDS)]  # the runner's events as written, in order
+    final, done = events[len(WORDS):]
+    assert done == "[DONE]"
+    chunk = json.loads(final)
+    assert chunk["id"] == "chatcmpl-scripted" and chunk["object"] == "chat.completion.chunk"
+    assert chunk["choices"] == [] and chunk["model"] == GENERATOR
+    citations = chunk["ragserve"]["citations"]
+    assert [c["number"] for c in citations] == [1, 2, 3]
+    assert sorted(c["doc_id"] for c in citations) == ["chart", "fox", "router"]
+    assert [c["cited"] for c in citations] == [True, False, False]  # the answer cites [1] only
+    assert chunk["ragserve"]["retrieval"]["query"] == "How do I reset the router?"
+    (sent,) = runner.bodies("/v1/chat/completions")
+    assert sent["stream"] is True
+    system, user = sent["messages"]
+    assert system["role"] == "system" and system["content"].startswith("You answer questions using only")
+    ((part,),) = [user["content"]]
+    text = part["text"]
+    assert part["type"] == "text" and text.endswith("Question: How do I reset the router?")
+    assert text.startswith("Context:\n" + "\n\n".join(f"[{c['number']}] {c['text']}" for c in citations))
+
+
+async def test_a_client_that_hangs_up_closes_the_runners_stream(tmp_path: Path) -> None:
+    """ragserve's half of aborting a generation (vLLM's half, stopping the work, is
+    test_client_disconnect_aborts_the_generation): the client hangs up after the first event, while the
+    runner holds the second until that event is seen, and the stream toward the runner must be closed."""
+    runner = ScriptedRunner(dimensions=384)
+    stream = runner.hold_stream(chat_chunks(WORDS))
+    settings = scripted_settings(tmp_path)
+    with live_server(settings, transports=runner.transports) as base:
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=LIVENESS_S) as client:
+            async with client.stream("POST", "/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "Write forever."}], "stream": True,
+            }) as response:
+                assert response.status_code == 200
+                lines = response.aiter_lines()
+                first = await asyncio.wait_for(anext(lines), LIVENESS_S)
+            assert first == f"data: {stream.events[0]}"  # and the client hangs up, not acknowledging it
+            try:
+                await asyncio.wait_for(stream.closed.wait(), LIVENESS_S)
+            except TimeoutError:
+                raise AssertionError("the client left, and ragserve still holds the runner's stream open") from None
+    assert stream.written == 1

@@ -3,7 +3,9 @@ against the real API, the real vLLM runners and the embedded store.
 
 The assertions are on what the page shows: the hits and their order next to the API's answer to the same
 request, the words inside <mark>, the scores, timings and locations printed, a job's progress reaching
-"succeeded" with its counts, a streamed answer growing on screen, a citation opened by a click.
+"succeeded" with its counts, a streamed answer growing on screen, a citation opened by a click. The growth
+of a streamed answer is driven by a scripted runner (:mod:`tests.support.scripted_runner`) that writes each
+event only once the page shows the one before; that test starts no vLLM.
 Screenshots go to ``$RAGSERVE_TEST_ARTIFACTS/playground`` (or pytest's temp folder); the path is printed.
 """
 
@@ -25,6 +27,7 @@ from service.config import Settings
 from tests.support.app import API_KEY, app_client
 from tests.support.browser import artifacts_dir, chromium
 from tests.support.images import raster
+from tests.support.scripted_runner import LIVENESS_S, ScriptedRunner, chat_chunks, scripted_settings
 from tests.support.server import live_server
 
 if TYPE_CHECKING:  # playwright itself is imported by tests.support.browser, which skips without it
@@ -370,18 +373,6 @@ async def test_chat_streams_a_grounded_answer_with_clickable_citations(
             assert await page.is_checked('#chat-collections input[value="docs"]')
             await page.fill("#chat-max-tokens", "48")
             await page.fill("#chat-input", "How do I reset the router?")
-            # The page records what the answer showed after each redraw (a MutationObserver runs between
-            # the page's network reads), so how fast this test polls cannot hide or fake the growth.
-            await page.evaluate("""() => {
-                window.__answerShown = [];
-                new MutationObserver(() => {
-                    const turns = document.querySelectorAll('#conversation .turn.assistant');
-                    const node = turns.length ? turns[turns.length - 1].querySelector('.answer') : null;
-                    const text = node ? node.textContent : '';
-                    const shown = window.__answerShown;
-                    if (text && (!shown.length || shown[shown.length - 1] !== text)) shown.push(text);
-                }).observe(document.getElementById('conversation'), {childList: true, subtree: true, characterData: true});
-            }""")
             turns_before = await page.locator("#conversation .turn.assistant").count()
             await page.press("#chat-input", "Control+Enter")
             await page.wait_for_function(
@@ -390,11 +381,10 @@ async def test_chat_streams_a_grounded_answer_with_clickable_citations(
                 arg=turns_before, timeout=PATIENCE_S * 1000)
             turn = page.locator("#conversation .turn.assistant").last
             answer_text = turn.locator(".answer")
-            seen: list[str] = await page.evaluate("window.__answerShown")
             assert await turn.get_attribute("data-done") == "true"
             final = await answer_text.text_content()
-            assert len(set(seen)) >= 2, seen  # it grew on screen, not all at once
-            assert all(final.startswith(s) for s in seen)
+            # That the answer grows on screen event by event is test_a_streamed_answer_grows_on_screen_event_by_event's
+            # claim (a scripted runner that waits for the page); random weights give no text to wait for here.
             assert sent_chat[0]["stream"] is True and sent_chat[0]["ragserve"]["collections"] == ["docs"]
             assert sent_chat[0]["messages"] == [{"role": "user", "content": "How do I reset the router?"}]
             assert await answer_text.get_attribute("aria-busy") == "false"
@@ -427,4 +417,90 @@ async def test_chat_streams_a_grounded_answer_with_clickable_citations(
             assert sent_chat[1]["messages"][1]["content"] == final
             assert errors == []
             await page.close()
+    assert all(a == f"Bearer {API_KEY}" for u, a in keyed if "/v1/" in u)
+
+
+ANSWER = ["To reset the router", ", hold the reset button", " for ten seconds", " [1]", "."]
+SHOW_ANSWER = """([text, streaming]) => {
+    const turns = document.querySelectorAll('#conversation .turn.assistant');
+    const turn = turns[turns.length - 1];
+    return turn !== undefined && turn.querySelector('.answer').textContent === text
+        && (turn.dataset.done === undefined) === streaming;
+}"""
+
+
+async def test_a_streamed_answer_grows_on_screen_event_by_event(tmp_path: Path, browser: Browser, shots: Path) -> None:
+    """The runner is scripted and writes each event of the answer only once the page shows the text so far:
+    a page (or a relay) that waited for the whole answer would never show the first words, and the test
+    fails at the liveness bound naming the text that did not appear. Then the citations chunk arrives, the
+    sources are listed and a citation opens on a click."""
+    runner = ScriptedRunner(dimensions=384)
+    stream = runner.hold_stream(chat_chunks(ANSWER))
+    settings = scripted_settings(tmp_path)
+    with live_server(settings, transports=runner.transports) as base:
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=LIVENESS_S) as api:
+            assert (await api.post("/v1/collections", json={"name": "docs"})).status_code == 201
+            r = await api.post("/v1/collections/docs/documents", json={"documents": DOCS})
+            assert r.status_code == 200, r.text
+        keyed: list[tuple[str, str | None]] = []
+        errors: list[str] = []
+        page = await _open(browser, base, keyed, errors)
+        page.set_default_timeout(LIVENESS_S * 1000)
+        await page.click("#tab-chat")
+        assert await page.is_checked('#chat-collections input[value="docs"]')
+        # The page records what the answer showed after each redraw (a MutationObserver): nothing but the
+        # answer's prefixes, each once, in order, may ever be on screen.
+        await page.evaluate("""() => {
+            window.__answerShown = [];
+            new MutationObserver(() => {
+                const turns = document.querySelectorAll('#conversation .turn.assistant');
+                const node = turns.length ? turns[turns.length - 1].querySelector('.answer') : null;
+                const text = node ? node.textContent : '';
+                const shown = window.__answerShown;
+                if (text && (!shown.length || shown[shown.length - 1] !== text)) shown.push(text);
+            }).observe(document.getElementById('conversation'), {childList: true, subtree: true, characterData: true});
+        }""")
+        await page.fill("#chat-input", "How do I reset the router?")
+        async with page.expect_request(lambda r: r.url.endswith("/v1/chat/completions")) as asked:
+            await page.press("#chat-input", "Control+Enter")
+        sent = json.loads((await asked.value).post_data or "{}")
+        prefixes = ["".join(ANSWER[: n + 1]) for n in range(len(ANSWER))]
+        turn = page.locator("#conversation .turn.assistant").last
+        for n, text in enumerate(prefixes):
+            try:
+                await page.wait_for_function(SHOW_ANSWER, arg=[text, True])
+            except Exception as exc:  # Playwright's TimeoutError: the deadlock a buffering page or relay makes
+                shown = await page.evaluate("window.__answerShown")
+                raise AssertionError(f"the page did not show {text!r} (event {n}) within {LIVENESS_S:g}s, while "
+                                     f"the runner waited for it to write more; shown so far: {shown}") from exc
+            assert await turn.locator(".answer").get_attribute("aria-busy") == "true"
+            stream.observed(n)  # the page shows event n: the runner may write the next (the last: [DONE])
+        await page.wait_for_function(SHOW_ANSWER, arg=[prefixes[-1], False])
+        assert await turn.get_attribute("data-done") == "true"
+        assert await turn.locator(".answer").get_attribute("aria-busy") == "false"
+        assert await page.evaluate("window.__answerShown") == prefixes
+        assert sent["stream"] is True and sent["ragserve"]["collections"] == ["docs"]
+        assert sent["messages"] == [{"role": "user", "content": "How do I reset the router?"}]
+        (upstream,) = runner.bodies("/v1/chat/completions")
+        assert upstream["stream"] is True and upstream["messages"][-1]["content"][-1]["text"].endswith(
+            "Question: How do I reset the router?")
+
+        sources = turn.locator(".sources li")
+        assert await sources.locator("button.cite").all_text_contents() == ["[1]", "[2]", "[3]"]
+        assert sorted(await sources.locator(".doc-id").all_text_contents()) == ["chart", "fox", "router"]
+        assert await turn.locator(".answer button.cite").all_text_contents() == ["[1]"]  # the cited [1], a button
+        router = sources.filter(has_text="router").locator("button.cite")
+        number = (await router.text_content() or "").strip("[]")
+        await router.click()
+        assert await page.is_visible("#citation-view")
+        assert await page.text_content("#citation-title") == f"[{number}] router · docs"
+        assert await page.text_content("#citation-text") == DOCS[0]["text"]
+        where = dict(await page.eval_on_selector_all(
+            "#citation-location dd", "ds => ds.map(d => [d.dataset.key, d.textContent])"))
+        assert where["chars"] == "0–58" and where["bytes"] == "0–58" and where["page"] == "3"
+        assert where["cited"] == ("yes" if number == "1" else "no")
+        await page.screenshot(path=shots / "chat-stream.png", full_page=True)
+        assert errors == []
+        await page.close()
     assert all(a == f"Bearer {API_KEY}" for u, a in keyed if "/v1/" in u)

@@ -113,5 +113,8 @@ async def test_a_query_that_fills_the_window_is_cut_too(runners: RunnerURLs, qwe
     finally:
         await client.runner.aclose()
     sent, answer = recorder.exchanges[-1]
-    assert len(results) == 2 and sent["max_tokens_per_query"] == runners.max_model_len // 4
+    assert sent["query"] == LONG[: len(LONG) // 2] and sent["documents"] == [SHORT, LONG]
+    assert sent["max_tokens_per_query"] == runners.max_model_len // 4
+    answered = [(r["index"], r["relevance_score"]) for r in answer["results"]]
+    assert [(r.index, r.score) for r in results] == sorted(answered, key=lambda pair: -pair[1])  # the runner's, ranked
     assert 0 < sent["max_tokens_per_doc"] and answer["usage"]["prompt_tokens"] <= 2 * runners.max_model_len

@@ -1,12 +1,18 @@
-"""/v1/search through the real stack: tiny Qwen3 embedding + reranker runners (vLLM) and the embedded Qdrant Edge store."""
+"""/v1/search through the real stack: tiny Qwen3 embedding + reranker runners (vLLM) and the embedded Qdrant Edge store.
+Where the claim is about ragserve's pipeline rather than the models (what reaches the reranker), the runners are
+scripted at the network edge (:mod:`tests.support.scripted_runner`)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import httpx
 import pytest
 
 from service.config import Settings
+from service.profiles import QWEN3
 from tests.support.app import app_client
+from tests.support.scripted_runner import ScriptedRunner, scripted_settings
 
 DOCS = [
     {"id": "fox", "text": "The quick brown fox jumps over the lazy dog", "metadata": {"year": 2019, "tag": "animal"}},
@@ -63,7 +69,7 @@ async def test_qwen3_stack_returns_own_text_first_and_reranks(qwen3_settings: Se
     body = r.json()
     assert r.status_code == 200 and body["reranked"] is True
     scores = [h["rerank_score"] for h in body["hits"]]
-    assert len(scores) == len(DOCS)
+    assert sorted(h["doc_id"] for h in body["hits"]) == sorted(d["id"] for d in DOCS)  # each document, once
     assert all(0.0 < s < 1.0 for s in scores)
     assert scores == sorted(scores, reverse=True)
     assert [h["score"] for h in body["hits"]] == scores
@@ -72,16 +78,32 @@ async def test_qwen3_stack_returns_own_text_first_and_reranks(qwen3_settings: Se
     assert all(isinstance(h["vector_score"], float) for h in body["hits"])
 
 
-async def test_rerank_top_n_limits_candidates_and_top_k_limits_hits(qwen3_settings: Settings) -> None:
-    async with app_client(qwen3_settings) as client:
+async def test_rerank_top_n_limits_candidates_and_top_k_limits_hits(tmp_path: Path) -> None:
+    """Claims about ragserve's pipeline, not the reranker's weights, so the runners are scripted at the network
+    edge: exactly the top_n candidates of the search (its top 3, in its order) reach the reranker with the
+    query and the instruction, and the hits are the top_k of those by the reranker's scores, not the search's."""
+    runner = ScriptedRunner(dimensions=QWEN3.embedding.dimensions)
+    async with app_client(scripted_settings(tmp_path, profile="qwen3"), transports=runner.transports) as client:
         await _seed(client)
+        plain = await client.post(
+            "/v1/search", json={"collection": "docs", "query": "genes", "top_k": 3, "rerank": {"enabled": False}})
+        assert plain.status_code == 200, plain.text
+        candidates = [h["text"] for h in plain.json()["hits"]]
+        # Ascending down the search's order, so reranking reverses it; the other documents would beat them all.
+        scores = {text: 0.99 for text in (d["text"] for d in DOCS)} | dict(zip(candidates, (0.2, 0.5, 0.8), strict=True))
+        runner.rerank_score = lambda query, text: scores[text]
         r = await client.post(
             "/v1/search",
             json={"collection": "docs", "query": "genes", "top_k": 2, "rerank": {"top_n": 3, "instruction": "Find biology"}},
         )
     body = r.json()
     assert r.status_code == 200, r.text
-    assert len(body["hits"]) == 2 and body["reranked"]
+    (sent,) = runner.bodies("/rerank")
+    assert sent == {"model": QWEN3.reranker.name, "query": "genes", "documents": candidates, "top_n": 3,
+                    "chat_template_kwargs": {"instruction": "Find biology"}}
+    assert body["reranked"] is True
+    assert [(h["text"], h["rerank_score"], h["rank"]) for h in body["hits"]] == [
+        (candidates[2], 0.8, 1), (candidates[1], 0.5, 2)]
 
 
 @pytest.mark.parametrize(
