@@ -207,10 +207,15 @@ def rrf(lists: Sequence[Sequence[tuple[str, float]]], weights: Sequence[float], 
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
 
 
-def ndcg_at_10(qrels: Qrels, run: Mapping[str, Sequence[tuple[str, float]]]) -> float:
-    """Mean nDCG@10 over the queries of ``qrels`` (a query missing from ``run`` scores 0), by pytrec_eval."""
+def ndcg_at_10_per_query(qrels: Qrels, run: Mapping[str, Sequence[tuple[str, float]]]) -> dict[str, float]:
+    """nDCG@10 of each query of ``qrels`` (0 for a query missing from ``run``), by pytrec_eval."""
     import pytrec_eval
 
     full = {q: {d: s for d, s in run.get(q, ())} for q in qrels}
     per_query = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(full)
-    return sum(per_query.get(q, {}).get("ndcg_cut_10", 0.0) for q in qrels) / len(qrels)
+    return {q: per_query.get(q, {}).get("ndcg_cut_10", 0.0) for q in qrels}
+
+
+def ndcg_at_10(qrels: Qrels, run: Mapping[str, Sequence[tuple[str, float]]]) -> float:
+    """Mean nDCG@10 over the queries of ``qrels``."""
+    return sum(ndcg_at_10_per_query(qrels, run).values()) / len(qrels)
