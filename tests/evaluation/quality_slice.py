@@ -10,7 +10,7 @@ A deeper pool (the issue suggested the top 100) would not fit the time: 100 per 
 query, and the runner embeds ~7 abstracts a second on 2 busy cores.
 
 Everything is deterministic: the queries are a seeded sample of the test split, the pools are exact
-(brute-force cosine, exact BM25, ties broken by id). Written next to this file, in ``quality/``:
+(brute-force cosine, exact BM25, ties broken in corpus or id order). Written next to this file, in ``quality/``:
 
 - ``slice.json``: the query ids, the document ids, and a SHA-256 of their texts (the gate refuses a dataset
   that changed under the references);
