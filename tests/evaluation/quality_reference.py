@@ -24,7 +24,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -234,3 +234,51 @@ def ndcg_at_10_per_query(qrels: Qrels, run: Mapping[str, Sequence[tuple[str, flo
 def ndcg_at_10(qrels: Qrels, run: Mapping[str, Sequence[tuple[str, float]]]) -> float:
     """Mean nDCG@10 over the queries of ``qrels``."""
     return sum(ndcg_at_10_per_query(qrels, run).values()) / len(qrels)
+
+
+# --- score ties -----------------------------------------------------------------------------------------
+# The engine scores in float32 and orders documents whose scores are equal by internal offsets, which depend
+# on the order the worker's concurrent batches were written; trec_eval then re-sorts equal returned scores by
+# document id. Either way the order within a tie is no property of ragserve, so the gate accepts any of them:
+# a query's reference is the range of nDCG@10 over the orders of its ties. Scores this close count as tied
+# (float32 carries ~7 digits; a float64 near-tie may be an exact tie, or reversed, in the engine).
+
+Tied = Callable[[float, float], bool]
+
+
+def bm25_tied(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-6 * max(abs(a), abs(b))
+
+
+def cosine_tied(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-6
+
+
+rrf_tied = bm25_tied
+"""RRF sums of ``weight / (k + rank)``: distinct rank pairs can sum to the same value (1/2 = 1.5/3)."""
+
+
+def tie_extremes(ranked: Sequence[tuple[str, float]], relevance: Mapping[str, int], tied: Tied,
+                 limit: int) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """The best and the worst order of ``ranked`` (best first) over the orders of its ties: each run of
+    tied scores with its relevant documents first, then last; cut to ``limit`` after the reordering, so a
+    tie across the cut can bring in a document from below it (pass ``ranked`` deeper than ``limit``). With
+    binary relevance these bound nDCG over every tie order, and, fed to RRF, bound the fused list too: the
+    best order gives each relevant document its highest rank in each list, each other one its lowest."""
+    groups: list[list[tuple[str, float]]] = []
+    for item in ranked:
+        if groups and tied(groups[-1][-1][1], item[1]):
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+
+    def order(sign: int) -> list[tuple[str, float]]:
+        flat = [it for g in groups for it in sorted(g, key=lambda kv: -sign * relevance.get(kv[0], 0))]
+        return flat[:limit]
+
+    return order(1), order(-1)
+
+
+def as_ranked(ranked: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
+    """``ranked`` with strictly falling stand-in scores, so that pytrec_eval keeps this very order."""
+    return [(d, float(len(ranked) - i)) for i, (d, _) in enumerate(ranked)]

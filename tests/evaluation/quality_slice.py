@@ -90,14 +90,44 @@ def slice_references(docs: dict[str, str], vectors: dict[str, np.ndarray], queri
         dense_runs[q], sparse_runs[q] = dense[:TOP_K], sparse[:TOP_K]
         hybrid_runs[q] = ref.rrf([dense[:PREFETCH], sparse[:PREFETCH]], RRF_WEIGHTS, RRF_K, TOP_K)
     runs = {"dense": dense_runs, "sparse": sparse_runs, "hybrid": hybrid_runs}
+    per_query = {mode: ref.ndcg_at_10_per_query(qrels, run) for mode, run in runs.items()}
+    ranges = tie_ranges(ids, matrix, bm25, queries, query_vectors, qrels)
+    for mode, by_query in ranges.items():  # the exact reference is one of the tie orders
+        for q, (low, high) in by_query.items():
+            assert low - 1e-9 <= per_query[mode][q] <= high + 1e-9, (mode, q, low, per_query[mode][q], high)
     return {
         "ndcg@10": {mode: round(ref.ndcg_at_10(qrels, run), 4) for mode, run in runs.items()},
-        "ndcg@10_per_query": {mode: {q: round(v, 4) for q, v in ref.ndcg_at_10_per_query(qrels, run).items()}
-                              for mode, run in runs.items()},
+        "ndcg@10_per_query": {mode: {q: round(v, 4) for q, v in values.items()} for mode, values in per_query.items()},
+        "ndcg@10_tie_range": {mode: [round(sum(lo for lo, _ in by_query.values()) / len(by_query), 4),
+                                     round(sum(hi for _, hi in by_query.values()) / len(by_query), 4)]
+                              for mode, by_query in ranges.items()},
+        "ndcg@10_tie_range_per_query": {mode: {q: [round(lo, 4), round(hi, 4)] for q, (lo, hi) in by_query.items()}
+                                        for mode, by_query in ranges.items()},
+        "ties": "the ranges: nDCG@10 over the orders of tied scores (quality_reference.tie_extremes); the gate "
+                "accepts any order, since the engine's is its internal offsets' and trec_eval re-sorts equal scores",
         "bm25": {"k1": K1, "b": B, "avg_len": bm25.avg_len,
                  "note": "avg_len: the slice's mean length in terms; the gate creates its collection with it"},
         "hybrid": {"fusion": "rrf", "k": RRF_K, "weights": list(RRF_WEIGHTS), "prefetch": PREFETCH, "top_k": TOP_K},
     }
+
+
+def tie_ranges(ids: list[str], matrix: np.ndarray, bm25: ref.Bm25, queries: dict[str, str],
+               query_vectors: dict[str, np.ndarray], qrels: ref.Qrels) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per mode and query, (lowest, highest) nDCG@10 over the orders of tied scores: dense and BM25 lists
+    with their ties' relevant documents last, then first (each list whole, so a tie across the top-``TOP_K``
+    or the prefetch cut counts); hybrid fuses the two worst (best) lists, then orders its own ties the same way."""
+    ranges: dict[str, dict[str, tuple[float, float]]] = {"dense": {}, "sparse": {}, "hybrid": {}}
+    whole = len(ids)
+    for q, text in queries.items():
+        rel = qrels.get(q, {})
+        dense = ref.tie_extremes(ref.cosine_top(ids, matrix, query_vectors[q], whole), rel, ref.cosine_tied, whole)
+        sparse = ref.tie_extremes(bm25.search(text, whole), rel, ref.bm25_tied, whole)
+        hybrid = tuple(ref.tie_extremes(ref.rrf([dense[i][:PREFETCH], sparse[i][:PREFETCH]], RRF_WEIGHTS, RRF_K, whole),
+                                        rel, ref.rrf_tied, whole)[i] for i in (0, 1))
+        for mode, (best, worst) in (("dense", dense), ("sparse", sparse), ("hybrid", hybrid)):
+            values = [ref.ndcg_at_10_per_query({q: rel}, {q: ref.as_ranked(run[:TOP_K])})[q] for run in (worst, best)]
+            ranges[mode][q] = (values[0], values[1])
+    return ranges
 
 
 def build(root: Path, out: Path, *, n_queries: int, depth: int, seed: int, cache: Path | None) -> dict[str, object]:

@@ -4,7 +4,8 @@ The fast twin of ``test_scifact.py`` (the whole corpus, 7-15 minutes: the soak t
 ``quality_slice.py`` built (24 test queries, their relevant abstracts and their full-corpus dense and BM25
 top 10: 393 abstracts) through the running service the way users do (``ragserve index`` → ingest job →
 worker), runs every query through ``POST /v1/search`` (``ragserve eval``'s code), and asserts dense, BM25
-and hybrid nDCG@10 within +/-0.005 of the committed references (``quality/references.json``), in the mean
+and hybrid nDCG@10 within +/-0.005 of the committed references (``quality/references.json``: each the range
+over the orders of tied scores, a single point on this slice), in the mean
 and for every query (a swap of the fusion weights moved the mean by 0.0045 only, 7 queries by up to 0.37), which
 ``quality_reference.py`` computes with no ragserve code: MiniLM through transformers, BM25 and RRF written
 out from their definitions, nDCG by pytrec_eval.
@@ -103,16 +104,25 @@ async def test_minilm_dense_sparse_hybrid_match_the_references(minilm_settings: 
     measured = {mode: round(evaluate(qrels, run)["ndcg@10"], 4) for mode, run in runs.items()}  # as `ragserve eval`
     print(f"\nquality gate, nDCG@10 on {len(docs)} abstracts x {len(queries)} queries: ragserve {measured}, "
           f"references {refs['ndcg@10']}")
-    off = {m: (measured[m], refs["ndcg@10"][m]) for m in MODES if abs(measured[m] - refs["ndcg@10"][m]) > TOLERANCE}
-    assert not off, f"nDCG@10 (ragserve, reference) off by more than {TOLERANCE}: {off}"
+    # Each reference is a range, [lowest, highest] over the orders of tied scores (``ref.tie_extremes``):
+    # the engine orders equal scores by internal offsets, which follow the order the worker's concurrent
+    # batches were written, so a tie's order is chance, not ragserve's. On this slice every range is a single
+    # point (no tie, within float32's precision, puts a relevant abstract on either side of a top-10 cut or
+    # moves it across the prefetch cut), so the check is as strict as +/-0.005 of the exact figure; a rebuild
+    # that finds ties widens the range instead of making the gate fail by chance.
+    span = refs["ndcg@10_tie_range"]
+    off = {m: (measured[m], span[m]) for m in MODES
+           if not span[m][0] - TOLERANCE <= measured[m] <= span[m][1] + TOLERANCE}
+    assert not off, f"nDCG@10 (ragserve, reference range) off by more than {TOLERANCE}: {off}"
     # Per query too: a change that helps some queries and hurts others can leave the mean in tolerance
     # (dense:sparse weights swapped moved the hybrid mean by 0.0045 while 7 of 24 queries moved by 0.07-0.37,
     # both ways).
     for mode, run in runs.items():
         per_query = ref.ndcg_at_10_per_query(qrels, {q: list(scores.items()) for q, scores in run.items()})
-        expected = refs["ndcg@10_per_query"][mode]
-        off = {q: (round(v, 4), expected[q]) for q, v in per_query.items() if abs(v - expected[q]) > TOLERANCE}
-        assert not off, f"{mode}: nDCG@10 (ragserve, reference) of {len(off)} queries off: {off}"
+        expected = refs["ndcg@10_tie_range_per_query"][mode]
+        off = {q: (round(v, 4), expected[q]) for q, v in per_query.items()
+               if not expected[q][0] - TOLERANCE <= v <= expected[q][1] + TOLERANCE}
+        assert not off, f"{mode}: nDCG@10 (ragserve, reference range) of {len(off)} queries off: {off}"
 
 
 async def test_qwen3_queries_reach_the_model_with_their_instruction(
