@@ -22,6 +22,8 @@ from tests.deploy.manifests import (
     render,
 )
 
+pytestmark = pytest.mark.timeout(600)  # as long as the parser subprocess may take
+
 pytest.importorskip("vllm")
 
 

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.fuzz.run import PHASES, fuzz
 from tests.support.runners import RunnerURLs
+
+pytestmark = pytest.mark.timeout(900)  # past the run's own bound (timeout_s), so that one reports first
 
 
 def test_schemathesis_finds_nothing(runners: RunnerURLs, tmp_path: Path) -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-GATE_VLLM_STARTS = 5
+GATE_VLLM_STARTS = 6
 """vLLM servers a gate session may start (a supervisor's restart after a test's kill not counted): the three
-session runners, the VL runner and one spare MiniLM replica. Each start costs minutes on loaded cores, so a test
-that starts its own runner instead of sharing these fails rather than quietly stretching CI."""
+session runners, the VL runner, one spare MiniLM replica, and the runner the README's demo starts as part of what
+it shows (tests/service/test_cli.py). Each start costs minutes on loaded cores, so a test that starts its own
+runner instead of sharing these fails rather than quietly stretching CI."""
 SOAK_VLLM_STARTS = 10
-"""The soak tier also starts a third MiniLM replica and two VL replicas of its own."""
+"""The soak tier starts the session runners, the spare, a third MiniLM replica and two VL replicas of its own."""
 _starts = {"count": 0, "cap": GATE_VLLM_STARTS}
 
 
