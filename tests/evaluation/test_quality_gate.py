@@ -34,6 +34,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from service.client import AsyncClient
 from service.config import Settings
 from service.evaluation.dataset import BeirDataset
@@ -43,6 +45,8 @@ from tests.evaluation import quality_reference as ref
 from tests.evaluation.quality_slice import OUT, SCIFACT, content_hash
 from tests.support.app import API_KEY
 from tests.support.server import live_server
+
+pytestmark = pytest.mark.timeout(900)  # past its own indexing bound (900 s), so that one reports first
 
 TOLERANCE = 0.005
 MODES = ("dense", "sparse", "hybrid")
