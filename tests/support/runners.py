@@ -14,9 +14,31 @@ SOAK_VLLM_STARTS = 10
 """The soak tier starts the session runners, the spare, a third MiniLM replica and two VL replicas of its own."""
 _starts = {"count": 0, "cap": GATE_VLLM_STARTS}
 
+STORE_SPAWNS = 40
+"""Store child processes (``ProcessStore.open``) a session's own process may spawn, either tier. The API tests run
+the embedded store in the test's process (``IN_PROCESS_STORE`` in tests/conftest.py); the process boundary keeps
+its own tests (the store contract over ProcessStore, the SIGKILL and SIGSTOP of the child, the full disk). Before
+that split a session spawned about 300. Servers the tests start as processes (``ragserve serve``) are not counted:
+their children are theirs."""
+_spawns = {"count": 0}
+
 
 def set_start_cap(cap: int) -> None:
     _starts["cap"] = cap
+
+
+def counted_store_spawn() -> None:
+    """Count one store child about to be spawned; fail past ``STORE_SPAWNS``."""
+    _spawns["count"] += 1
+    assert _spawns["count"] <= STORE_SPAWNS, (
+        f"{_spawns['count']} store processes spawned in this session, over the cap of {STORE_SPAWNS}: an API test "
+        "whose claim is not about the store's process boundary runs the store in-process (IN_PROCESS_STORE)")
+
+
+def counts() -> str:
+    """The session's starts and spawns against their caps, for the end of the run."""
+    return (f"vLLM starts {_starts['count']} of at most {_starts['cap']}; "
+            f"store processes spawned {_spawns['count']} of at most {STORE_SPAWNS}")
 
 
 def counted_start(n: int = 1) -> None:
