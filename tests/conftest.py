@@ -10,8 +10,10 @@ the machine's speed; ``--soak`` runs only the tests marked ``soak``, the claims 
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,9 +22,20 @@ from service.config import Settings
 from service.profiles import MINILM, QWEN3
 from service.runners.launcher import RunnerProcess, runner_specs, running
 from service.runners.supervisor import RestartPolicy
+from service.store.process import ProcessStore
 from tests.support.app import API_KEY
 from tests.support.postgres import PostgresCluster, running_postgres
-from tests.support.runners import SOAK_VLLM_STARTS, RunnerURLs, VLRunner, counted_start, free_port, set_start_cap
+from tests.support.runners import (
+    SOAK_VLLM_STARTS,
+    RunnerURLs,
+    VLRunner,
+    counted_start,
+    counted_store_spawn,
+    counts,
+    free_port,
+    set_start_cap,
+)
+from tests.support.soak import BASELINE_OPTION, Figures, Row, compare, load_baselines, table, write_baseline, write_run
 from tests.support.tiers import SOAK_OPTION
 from tests.support.tiny_qwen3 import build_tiny_qwen3
 from tests.support.tiny_qwen3_vl import build_tiny_lora, build_tiny_qwen3_vl
@@ -40,11 +53,28 @@ contract over ProcessStore, tests/service/store/test_process*.py) and the API te
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(SOAK_OPTION, action="store_true",
                      help="run the soak tier (tests marked soak: claims about speed and load) instead of the gate")
+    parser.addoption(BASELINE_OPTION, action="store_true",
+                     help="with --soak: write this run's figures as the committed baseline (docs/soak/baseline.json)")
+
+
+_FIGURES = pytest.StashKey[Figures]()
+_SOAK_ROWS = pytest.StashKey[list[Row]]()
+_STARTED = pytest.StashKey[float]()
+_RUN_FILE = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_FIGURES] = Figures()
+    config.stash[_STARTED] = time.time()
     if config.getoption(SOAK_OPTION):
         set_start_cap(SOAK_VLLM_STARTS)
+
+
+@pytest.fixture
+def soak_figures(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """Records one of a soak test's figures (``tests/support/soak.py``), printed against its baseline at the end."""
+    figures = request.config.stash[_FIGURES]
+    return functools.partial(figures.record, test=request.node.nodeid)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -73,11 +103,53 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _slow_gate.append((report.nodeid, report.duration))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A soak run compares its figures with the baselines, writes the run down, and exits 1 where one regressed."""
+    config = session.config
+    if not config.getoption(SOAK_OPTION):
+        return
+    figures = config.stash[_FIGURES].recorded
+    rows = compare(figures, load_baselines())
+    config.stash[_SOAK_ROWS] = rows
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    outcomes = {k: len(v) for k, v in reporter.stats.items() if k} if reporter is not None else {}
+    config.stash[_RUN_FILE] = write_run(rows, figures, outcomes, config.stash[_STARTED])
+    if config.getoption(BASELINE_OPTION):
+        write_baseline(figures)
+    if any(r.verdict == "regressed" for r in rows) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _slow_gate and not terminalreporter.config.getoption(SOAK_OPTION):
+    config = terminalreporter.config
+    terminalreporter.write_sep("=", counts())
+    if _slow_gate and not config.getoption(SOAK_OPTION):
         terminalreporter.write_sep("=", f"gating tests over {SLOW_GATE_S:.0f} s, not on the allowlist in conftest")
         for nodeid, seconds in sorted(_slow_gate, key=lambda x: -x[1]):
             terminalreporter.write_line(f"{seconds:8.1f} s  {nodeid}")
+    if _SOAK_ROWS in config.stash:
+        rows = config.stash[_SOAK_ROWS]
+        regressed = [r.name for r in rows if r.verdict == "regressed"]
+        terminalreporter.write_sep("=", "soak figures against docs/soak/baseline.json"
+                                   + (f": {len(regressed)} regressed" if regressed else ""))
+        terminalreporter.write_line(table(rows))
+        terminalreporter.write_line(f"written to {config.stash[_RUN_FILE]}"
+                                    + (" and as the new baseline" if config.getoption(BASELINE_OPTION) else ""))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _counted_store_spawns() -> Iterator[None]:
+    """Every store child this session spawns goes through ``ProcessStore.open``: counted against the cap."""
+    spawn = ProcessStore.open.__func__  # type: ignore[attr-defined]
+
+    async def counting(cls: type[ProcessStore], root: Path, **kwargs: object) -> ProcessStore:
+        counted_store_spawn()
+        return await spawn(cls, root, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ProcessStore, "open", classmethod(counting))
+        yield
 
 
 @pytest.fixture(scope="session")

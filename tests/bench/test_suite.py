@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -73,12 +74,18 @@ def test_token_budget_packing_matches_the_indexer() -> None:
 
 
 @pytest.mark.soak  # compares CPU times: a figure
-async def test_overhead_bench_times_every_layer_and_the_api_costs_more_than_the_service() -> None:
+async def test_overhead_bench_times_every_layer_and_the_api_costs_more_than_the_service(
+    soak_figures: Callable[..., None],
+) -> None:
     """``bench_overhead`` runs (short), reports each layer, and a search through the app costs more CPU than the
     search service it wraps (if not, the app path is not what it times)."""
     from tests.bench import bench_overhead
 
     result = await bench_overhead.measure(n=20)
+    for layer, figure in (("ASGI POST /v1/search (dense)", "overhead.api_search_cpu_ms"),
+                          ("SearchService.search (dense)", "overhead.service_search_cpu_ms")):
+        if layer in result:
+            soak_figures(figure, result[layer]["cpu_ms"], "ms CPU", "lower", tolerance=0.5, slack=0.2)
     assert list(result) == ["httpx post + json (mock)", "EmbeddingClient.embed_query",
                             "store.query (Edge in-process, 500 pts)", "SearchService.search (dense)",
                             "ASGI GET /health", "ASGI POST /v1/search (dense)"]

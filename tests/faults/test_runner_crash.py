@@ -21,6 +21,7 @@ import os
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,7 +166,7 @@ class Answer:
 
 @pytest.mark.soak
 async def test_kill_during_a_query_burst(
-    spare_minilm: RunnerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    spare_minilm: RunnerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture, soak_figures: Callable[..., None]
 ) -> None:
     caplog.set_level(logging.WARNING, logger="ragserve.runners")
     docs = DOCS
@@ -204,6 +205,10 @@ async def test_kill_during_a_query_burst(
         stop.set()
         await asyncio.gather(*tasks)
 
+    first_ok = min(a.started for a in ok)
+    soak_figures("crash.runner_back_after_kill_s", back_at - killed_at, "s", "lower", tolerance=0.5, slack=2)
+    soak_figures("crash.first_200_after_back_s", first_ok - back_at, "s", "lower", tolerance=0.5, slack=0.5)
+    soak_figures("crash.slowest_search_s", max(a.took for a in answers), "s", "lower", tolerance=0.5, slack=0.5)
     statuses = Counter(a.status for a in answers)
     assert set(statuses) <= {200, 503, 504} and statuses[503] > 0, statuses
     assert max(a.took for a in answers) < DEADLINE_S + 1.0, "a search hung past its deadline"
@@ -220,6 +225,5 @@ async def test_kill_during_a_query_burst(
     for a in answers:
         if a.status == 200:
             assert [h["doc_id"] for h in a.body["hits"]] == before[a.query]
-    first_ok = min(a.started for a in ok)
     assert first_ok - back_at < 3.0  # the breaker's probe notices the runner within about a second
     await _restart_logged(caplog, old_pid, spare_minilm.spec.name)

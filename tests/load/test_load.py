@@ -11,6 +11,7 @@ process the test started is gone afterwards."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,10 +27,21 @@ RSS_GROWTH_MIB = 150
 """Growth of the API's resident memory above its idle size, at most (measured: 2 MiB on the short form)."""
 
 
-def test_overload_is_answered_429_with_retry_after_never_5xx(runners: RunnerURLs, tmp_path: Path) -> None:
+def test_overload_is_answered_429_with_retry_after_never_5xx(runners: RunnerURLs, tmp_path: Path,
+                                                             soak_figures: Callable[..., None]) -> None:
     assert (SCIFACT / "corpus.jsonl").exists(), f"SciFact not found at {SCIFACT}"
     result = run(SHORT, runners.minilm_embed, tmp_path)
     print("\n" + table(result))
+    stages = {s.name: s for s in result.stages}
+    if {"sustained", "overload"} <= set(stages):
+        sustained, overload = stages["sustained"], stages["overload"]
+        soak_figures("load.sustained_ok_rps", sustained.ok_rps, "req/s", "higher", tolerance=0.5)
+        soak_figures("load.sustained_p50_ms", sustained.p50_ms, "ms", "lower", tolerance=0.5, slack=20)
+        soak_figures("load.sustained_p99_ms", sustained.p99_ms, "ms", "lower", tolerance=0.5, slack=50)
+        soak_figures("load.overload_ok_rps", overload.ok_rps, "req/s", "higher", tolerance=0.5)
+        soak_figures("load.overload_p99_ms", overload.p99_ms, "ms", "lower", tolerance=0.5, slack=50)
+        soak_figures("load.rss_growth_mib", max(s.rss_peak_mib for s in result.stages) - result.rss_idle_mib, "MiB",
+                     "lower", tolerance=1.0, slack=20)
     assert result.pids and result.pids[0] == result.api_pid
     assert not [pid for pid in result.pids if os.path.exists(f"/proc/{pid}")], "a process outlived the test"
 

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,7 +42,8 @@ MAX_STALL_S = 0.1
 
 
 async def test_no_stall_while_a_20k_chunk_job_indexes_and_queries_run(qwen3_settings: Settings,
-                                                                      tiny_qwen3: Path) -> None:
+                                                                      tiny_qwen3: Path,
+                                                                      soak_figures: Callable[..., None]) -> None:
     qwen3_settings.indexer.poll_s = 0.05
     qwen3_settings.qdrant.edge_process = True  # the production default: the store in its own process
     qwen3_settings.indexer.tokenizer_path = str(tiny_qwen3)
@@ -67,12 +70,18 @@ async def test_no_stall_while_a_20k_chunk_job_indexes_and_queries_run(qwen3_sett
                 await asyncio.sleep(0.05)
 
         queries = asyncio.create_task(searches())
+        started = time.monotonic()
         job = await wait_for_job(client, r.json()["id"], timeout_s=900)
+        job_s = time.monotonic() - started
         done.set()
         await asyncio.gather(beat, queries)
         final = await client.post("/v1/search", json={"collection": "big", "query": "passage 12345", "mode": "sparse",
                                                          "rerank": {"enabled": False}})
 
+    if heart.beats:
+        soak_figures("event_loop.worst_stall_ms", heart.stalls()[-1][0] * 1000, "ms", "lower", tolerance=0.5,
+                     slack=10)
+        soak_figures("event_loop.job_20k_chunks_s", job_s, "s", "lower", tolerance=0.5)
     assert job["state"] == "succeeded" and job["counts"]["documents_indexed"] == CHUNKS, job
     assert final.json()["hits"][0]["doc_id"] == "p12345"
     assert len(heart.beats) > 100 and len(statuses) > 20

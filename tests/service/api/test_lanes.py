@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from service.config import Settings
@@ -33,7 +35,8 @@ def _text(i: int) -> str:
     return f"note {i}: {WORDS[i % 10]} and {WORDS[(i * 3) % 10]} near {WORDS[(i * 7) % 10]} item {i}"
 
 
-async def test_searches_are_not_held_behind_bulk_work(minilm_settings: Settings) -> None:
+async def test_searches_are_not_held_behind_bulk_work(minilm_settings: Settings,
+                                                     soak_figures: Callable[..., None]) -> None:
     s = minilm_settings
     s.upstream.max_concurrency = 4  # few query slots, a short wait for one: sharing them with bulk would 429
     s.upstream.acquire_timeout_s = 1.0
@@ -65,14 +68,22 @@ async def test_searches_are_not_held_behind_bulk_work(minilm_settings: Settings)
         await asyncio.gather(*(searcher(k) for k in range(3)))
         done, written = await job, await write
 
+    embeds = [e for e in timing.exchanges if e.path == "/v1/embeddings"]
+    queries = [e for e in embeds if len(e.inputs) == 1 and e.inputs[0] in set(QUERIES)]
+    bulk = [e for e in embeds if e not in queries]
+    took_ms = [(ended - started) * 1000 for started, ended, status in answers if status == 200]
+    # how long past the bulk requests in flight when it was sent each search's embedding took
+    past_ahead_s = [q.ended - max([q.started, *(b.ended for b in bulk if b.started <= q.started < b.ended)])
+                    for q in queries]
+    if took_ms and past_ahead_s:
+        soak_figures("lanes.search_p50_ms", np.percentile(took_ms, 50), "ms", "lower", tolerance=0.5, slack=20)
+        soak_figures("lanes.search_p95_ms", np.percentile(took_ms, 95), "ms", "lower", tolerance=0.5, slack=50)
+        soak_figures("lanes.embed_past_bulk_ahead_max_ms", max(past_ahead_s) * 1000, "ms", "lower", tolerance=0.5,
+                     slack=100)
     assert done["state"] == "succeeded" and done["counts"]["documents_indexed"] == JOB_DOCS, done
     assert written.status_code == 200, written.text
     statuses = {status for _, _, status in answers}
     assert statuses == {200}, f"{len(answers)} searches: {sorted(statuses)}"
-
-    embeds = [e for e in timing.exchanges if e.path == "/v1/embeddings"]
-    queries = [e for e in embeds if len(e.inputs) == 1 and e.inputs[0] in set(QUERIES)]
-    bulk = [e for e in embeds if e not in queries]
     assert sum(len(e.inputs) for e in bulk) >= JOB_DOCS + WRITER_DOCS
     assert len(queries) > 20
     assert peak_in_flight(bulk) == 2  # the lane's bound, reached: bulk work kept the runner busy

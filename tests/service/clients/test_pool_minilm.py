@@ -118,7 +118,8 @@ def _chosen(embedder: EmbeddingClient) -> dict[str, int]:
 
 
 @pytest.mark.soak
-async def test_a_burst_spreads_over_the_replicas(pool_of_three: Pool, embedder3: EmbeddingClient) -> None:
+async def test_a_burst_spreads_over_the_replicas(pool_of_three: Pool, embedder3: EmbeddingClient,
+                                                soak_figures: Callable[..., None]) -> None:
     """Our own routing counts, checked against the two extra replicas' own vLLM counters (nobody else sends
     them anything); the session's runner may be busy with other work, and then gets less."""
     mine = pool_of_three.urls[1:]
@@ -136,13 +137,19 @@ async def test_a_burst_spreads_over_the_replicas(pool_of_three: Pool, embedder3:
     print(f"\nburst of {BURST}, {CONCURRENCY} at a time: routed {routed}; p50 {np.percentile(seconds, 50) * 1000:.0f} "
           f"ms, p95 {np.percentile(seconds, 95) * 1000:.0f} ms; {BURST / pooled_s:.1f} requests/s over the pool, "
           f"{BURST / alone_s:.1f} over one of its replicas alone (all on the same 2 cores)")
+    soak_figures("pool.burst_rps_three_replicas", BURST / pooled_s, "req/s", "higher", tolerance=0.5)
+    soak_figures("pool.burst_rps_one_replica", BURST / alone_s, "req/s", "higher", tolerance=0.5)
+    soak_figures("pool.burst_p95_ms", np.percentile(seconds, 95) * 1000, "ms", "lower", tolerance=0.5, slack=50)
+    soak_figures("pool.least_share_of_the_two_extra", min(routed.get(u, 0) for u in mine) / BURST, "share",
+                 "higher", tolerance=0.5)
     assert all(len(v) == 384 for v in vectors) and sum(routed.values()) == BURST
     assert {u: after[u] - before[u] for u in mine} == {u: routed[u] for u in mine}  # vLLM counted the same
     assert all(routed[u] >= BURST / 10 for u in mine), routed  # which of two on 2 shared cores runs faster varies
 
 
 @pytest.mark.soak
-async def test_a_busy_replica_gets_less_of_a_burst(pool_of_three: Pool, embedder3: EmbeddingClient) -> None:
+async def test_a_busy_replica_gets_less_of_a_burst(pool_of_three: Pool, embedder3: EmbeddingClient,
+                                                  soak_figures: Callable[..., None]) -> None:
     """Long documents sent straight to one replica keep it busy: the pool sees our own requests pile up
     there (they wait behind that work) and sends the burst elsewhere."""
     busy = pool_of_three.urls[1]
@@ -164,6 +171,7 @@ async def test_a_busy_replica_gets_less_of_a_burst(pool_of_three: Pool, embedder
     after = _chosen(embedder3)
     routed = {u: after[u] - before.get(u, 0) for u in pool_of_three.urls}
     print(f"\nburst of {BURST} with {busy} kept busy: routed {routed}")
+    soak_figures("pool.busy_replica_share", routed[busy] / BURST, "share", "lower", tolerance=0.5, slack=0.05)
     idle = [u for u in pool_of_three.urls if u != busy]
     assert routed[busy] < BURST / 3 / 2, routed  # under half its even share
     assert all(routed[u] > routed[busy] for u in idle), routed  # less than either of the others got

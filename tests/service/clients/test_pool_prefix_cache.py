@@ -10,7 +10,7 @@ for one request at a time is turn by turn) warms both replicas' caches with the 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,7 @@ def _chat(system: str, image: bytes, question: str) -> dict[str, Any]:
 
 
 async def test_one_prefix_lands_on_one_replica_and_only_its_cache_hits(
-    runners: RunnerURLs, generators: list[str], tmp_path: Path
+    runners: RunnerURLs, generators: list[str], tmp_path: Path, soak_figures: Callable[..., None]
 ) -> None:
     async with app_client(_settings(runners, generators, tmp_path)) as client:
         before = await each(generators, PREFIX_CACHE_HITS)
@@ -97,5 +97,8 @@ async def test_one_prefix_lands_on_one_replica_and_only_its_cache_hits(
     spread_hits = {u: after[u] - before[u] for u in generators}
     print(f"\n{REQUESTS} requests sharing a prefix: prefix-cache hit tokens per replica with affinity "
           f"{affinity_hits}, without {spread_hits}")
+    soak_figures("prefix_cache.hit_tokens_with_affinity", sum(affinity_hits.values()), "tokens", "higher",
+                 tolerance=0.25)
+    soak_figures("prefix_cache.hit_tokens_without", sum(spread_hits.values()), "tokens", "lower", tolerance=0.25)
     assert all(h > 0 for h in spread_hits.values()), spread_hits  # both caches had to warm up
     assert sum(affinity_hits.values()) > sum(spread_hits.values())

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -86,7 +87,8 @@ async def test_a_killed_parent_leaves_no_child_and_loses_no_acknowledged_write(t
 
 
 @pytest.mark.soak  # a stall bound measures the machine; the gate's twin: /health answers while a store call blocks
-async def test_the_loop_keeps_its_beat_while_the_child_writes_and_flushes(tmp_path: Path) -> None:
+async def test_the_loop_keeps_its_beat_while_the_child_writes_and_flushes(tmp_path: Path,
+                                                                         soak_figures: Callable[..., None]) -> None:
     """200,000 x 256 points written and flushed through the proxy: the engine holds the child's GIL, never ours.
 
     The objects this test process already holds (pytest and every imported module, about 225,000) are moved out of
@@ -113,5 +115,8 @@ async def test_the_loop_keeps_its_beat_while_the_child_writes_and_flushes(tmp_pa
     finally:
         await store.aclose()
         gc.unfreeze()
+    if heart.beats:
+        soak_figures("store_process.worst_stall_ms", heart.stalls()[-1][0] * 1000, "ms", "lower", tolerance=0.5,
+                     slack=10)
     assert len(heart.beats) > 50
     assert heart.stalls()[-1][0] < 0.1, heart.worst()
