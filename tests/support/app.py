@@ -11,6 +11,7 @@ from qdrant_client import AsyncQdrantClient
 from service.api.app import create_app
 from service.config import Settings
 from service.security.fetch import Resolver
+from tests.support.waiting import until_async
 
 API_KEY = "test-key-0123456789abcdef"
 
@@ -43,16 +44,12 @@ async def app_client(
 
 
 async def wait_for_job(client: httpx.AsyncClient, job_id: str, timeout_s: float = 300) -> dict:  # type: ignore[type-arg]
-    """Poll a job until it ends; its final JSON."""
-    import asyncio
-    import time
+    """Poll a job until it ends (a job record has no event to wait on from outside); its final JSON."""
 
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    async def ended() -> dict | None:  # type: ignore[type-arg]
         r = await client.get(f"/v1/jobs/{job_id}")
         assert r.status_code == 200, r.text
         job = r.json()
-        if job["state"] in ("succeeded", "failed", "cancelled"):
-            return job  # type: ignore[no-any-return]
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"job {job_id} did not finish in {timeout_s}s")
+        return job if job["state"] in ("succeeded", "failed", "cancelled") else None  # type: ignore[no-any-return]
+
+    return await until_async(ended, f"job {job_id} ended", timeout_s, every_s=0.2)

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.support.runners import free_port
+from tests.support.waiting import until
 
 
 @dataclass
@@ -53,12 +54,8 @@ class EmbedProxy:
             return [t for c in self.calls if not answered_only or c.answered is not None for t in c.texts]
 
     def wait_for_held(self, timeout_s: float) -> Call:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if held := self.held():
-                return held[0]
-            time.sleep(0.02)
-        raise AssertionError(f"no request was held by the proxy within {timeout_s}s ({len(self.calls)} calls)")
+        held = until(self.held, f"a request held by the proxy ({len(self.calls)} calls so far)", timeout_s, 0.02)
+        return held[0]
 
 
 def _app(proxy: EmbedProxy, upstream: str) -> Starlette:
@@ -94,11 +91,7 @@ def embed_proxy(upstream: str, *, hold_from: int | None = None) -> Iterator[Embe
                                            timeout_graceful_shutdown=5))
     thread = threading.Thread(target=server.run, name=f"embed-proxy-{port}", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("embedding proxy did not start")
-        time.sleep(0.02)
+    until(lambda: server.started, "the embedding proxy's server thread started", timeout_s=60, every_s=0.02)
     try:
         yield proxy
     finally:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.support.runners import free_port
+from tests.support.waiting import until
 
 
 @dataclass
@@ -68,11 +68,7 @@ def running_origin() -> Iterator[Origin]:
                                            access_log=False, lifespan="off"))
     thread = threading.Thread(target=server.run, name=f"origin-{port}", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("test origin did not start")
-        time.sleep(0.02)
+    until(lambda: server.started, "the test origin's server thread started", timeout_s=60, every_s=0.02)
     try:
         yield origin
     finally:

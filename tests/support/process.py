@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 from tests.support.runners import free_port
+from tests.support.tiers import patient
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "proc-key-0123456789abcdef"
@@ -52,7 +53,7 @@ def ragserve_serve(data_dir: Path, embed_url: str, env: Mapping[str, str] | None
                                 env=full_env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + patient(timeout_s)  # a liveness bound only: another process's /health
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"ragserve serve exited with {proc.returncode}: {log.read_text()[-2000:]}")

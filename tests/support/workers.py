@@ -9,9 +9,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.waiting import until
 
 
 @dataclass
@@ -28,14 +29,17 @@ class WorkerProcess:
         return self.log.read_text(errors="replace")
 
     def wait_for_log(self, pattern: str, timeout_s: float) -> re.Match[str]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        """Until the worker's log holds ``pattern`` (another process's log: nothing to wait on but the file), under a
+        liveness bound only; a worker that exits first fails at once."""
+
+        def logged() -> re.Match[str] | None:
             if found := re.search(pattern, self.text()):
                 return found
             if self.proc.poll() is not None:
                 raise AssertionError(f"worker exited with {self.proc.returncode}:\n{self.text()[-3000:]}")
-            time.sleep(0.05)
-        raise AssertionError(f"worker never logged {pattern!r} in {timeout_s}s:\n{self.text()[-3000:]}")
+            return None
+
+        return until(logged, f"the worker logged {pattern!r}", timeout_s)
 
     def stop(self, timeout_s: float = 30) -> int:
         """SIGTERM (the running job is handed back), then SIGKILL if it does not exit."""
