@@ -25,32 +25,40 @@ from pathlib import Path
 
 import httpx
 
+from indexer.queue import Job
 from indexer.queue_sqlite import SqliteJobQueue
 from service.store.edge import EdgeStore
 from tests.support.app import API_KEY
 from tests.support.embed_proxy import Call, embed_proxy
 from tests.support.lease_expiry import expire_sqlite_lease
 from tests.support.runners import RunnerURLs, free_port
+from tests.support.waiting import until, until_async
 
 DOCS = 400
 BATCH_TOKENS, INFLIGHT_BATCHES = 150, 2
+HELD_FROM = 8
+"""The first process's embedding calls from this one on are held at the proxy until it is dead (about 40 batches
+make the job)."""
 
 
 def _serve(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--with-worker", "--port", str(port)],
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+
+    def healthy() -> bool:  # another process's health: nothing to wait on but its answer
         assert proc.poll() is None, log.read_text()[-3000:]
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
+            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise AssertionError("ragserve serve did not come up: " + log.read_text()[-3000:])
+            return False
+
+    try:
+        until(healthy, "ragserve serve answered /health", timeout_s=120, every_s=0.2)
+    except AssertionError:
+        proc.kill()
+        raise AssertionError("ragserve serve did not come up: " + log.read_text()[-3000:]) from None
+    return proc
 
 
 async def test_sigkill_mid_job_then_restart_indexes_everything_once(runners: RunnerURLs, tmp_path: Path) -> None:
@@ -69,7 +77,7 @@ async def test_sigkill_mid_job_then_restart_indexes_everything_once(runners: Run
     data = tmp_path / "data"
     port = free_port()
     log = tmp_path / "serve.log"
-    with embed_proxy(runners.minilm_embed) as proxy:
+    with embed_proxy(runners.minilm_embed, hold_from=HELD_FROM) as proxy:
         env = {**os.environ, "RAGSERVE_PROFILE": "minilm", "RAGSERVE_DATA_DIR": str(data),
                "RAGSERVE_API_KEYS": API_KEY, "RAGSERVE_RUNNERS__EMBED_URL": proxy.url,
                "RAGSERVE_INDEXER__BATCH_TOKENS": str(BATCH_TOKENS),
@@ -83,19 +91,23 @@ async def test_sigkill_mid_job_then_restart_indexes_everything_once(runners: Run
             assert r.status_code == 202, r.text
             job_id = r.json()["id"]
             queue = SqliteJobQueue(data / "jobs.sqlite3")
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
+            # The proxy holds every embedding call from HELD_FROM on, so the job cannot end before the kill: the
+            # kill lands mid-job by construction, once earlier batches are recorded (a job record: polled).
+            await asyncio.to_thread(proxy.wait_for_held, 180)
+
+            async def some_recorded() -> bool:
                 current = await queue.get(job_id)
                 assert current is not None and current.state in ("queued", "running"), log.read_text()
-                if current.counts.documents_indexed >= 60:
-                    break
-                await asyncio.sleep(0.05)
+                return current.counts.documents_indexed > 0
+
+            await until_async(some_recorded, "documents recorded before the held batch", timeout_s=120)
             first.send_signal(signal.SIGKILL)
             first.wait(60)
         finally:
             await api.aclose()
             if first.poll() is None:
                 first.kill()
+        proxy.release()  # the dead process's held calls end; every later call passes
         killed_at = await queue.get(job_id)
         assert killed_at is not None and killed_at.state == "running"
         assert 0 < killed_at.counts.documents_indexed < DOCS + 1, "kill must land mid-job"
@@ -105,13 +117,13 @@ async def test_sigkill_mid_job_then_restart_indexes_everything_once(runners: Run
         restarted_at = time.monotonic()  # every request after this is the second process's
         second = _serve(env, port, log)
         try:
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
+
+            async def ended() -> Job | None:
                 final = await queue.get(job_id)
                 assert final is not None
-                if final.state in ("succeeded", "failed", "cancelled"):
-                    break
-                await asyncio.sleep(0.2)
+                return final if final.state in ("succeeded", "failed", "cancelled") else None
+
+            final = await until_async(ended, f"job {job_id} ended after the restart", timeout_s=300, every_s=0.2)
         finally:
             second.terminate()
             second.wait(30)
