@@ -44,6 +44,7 @@ from service.sparse.config import SparseConfig
 from service.store.edge import EdgeStore
 from tests.support.embed_proxy import embed_proxy
 from tests.support.runners import RunnerURLs
+from tests.support.waiting import until, until_async
 from tests.support.workers import WorkerProcess, start_worker
 
 DOCS = 40
@@ -79,14 +80,15 @@ async def _store_state(folder: Path) -> tuple[set[str], int]:
     return set(states), info.sparse_stats.documents if info.sparse_stats else 0
 
 
-async def _ended(queue: SqliteJobQueue, job_id: str) -> Job | None:
-    deadline = time.monotonic() + 2 * LIVENESS_S  # a liveness bound only
-    while time.monotonic() < deadline:
+async def _ended(queue: SqliteJobQueue, job_id: str) -> Job:
+    """The job once it has ended: its record, polled (another process writes it), under a liveness bound."""
+
+    async def ended() -> Job | None:
         job = await queue.get(job_id)
-        if job is None or job.state not in ("queued", "running"):
-            return job
-        await asyncio.sleep(0.1)
-    return await queue.get(job_id)
+        assert job is not None
+        return job if job.state not in ("queued", "running") else None
+
+    return await until_async(ended, f"job {job_id} ended", 2 * LIVENESS_S, every_s=0.1)
 
 
 def _stopped(pid: int) -> bool:
@@ -99,8 +101,7 @@ def _freeze_outside_a_write(worker: WorkerProcess, db: Path) -> None:
     """SIGSTOP the worker, making sure it is not frozen inside a queue write (SQLite would stay locked)."""
     for _ in range(200):
         worker.proc.send_signal(signal.SIGSTOP)
-        while not _stopped(worker.proc.pid):  # SIGSTOP is delivered asynchronously
-            time.sleep(0.01)
+        until(lambda: _stopped(worker.proc.pid), "the worker stopped", LIVENESS_S, every_s=0.01)  # delivered later
         probe = sqlite3.connect(db, timeout=0, isolation_level=None)
         try:
             probe.execute("BEGIN IMMEDIATE")
@@ -146,10 +147,12 @@ async def test_a_worker_resumed_after_losing_its_lease_writes_nothing(runners: R
             assert len(done_by_a) > 0 and not done_by_a & set(_doc_ids(held_a.texts))
 
             b = start_worker(env("b", proxy_b.url, LEASE_B_S), tmp_path / "b.log")  # it claims once A's lease ran out
-            taken_over_by = time.monotonic() + 2 * LIVENESS_S  # a liveness bound only
-            while (row := await queue.get(job.id)) is not None and row.worker and row.worker.startswith(a.id_prefix):
-                assert time.monotonic() < taken_over_by, "B never took the job over"
-                await asyncio.sleep(0.05)
+
+            async def taken_over() -> bool:  # the job's row, written by B: polled
+                row = await queue.get(job.id)
+                return row is not None and not (row.worker and row.worker.startswith(a.id_prefix))
+
+            await until_async(taken_over, "B took the job over from the frozen A", 2 * LIVENESS_S)
             await asyncio.to_thread(proxy_b.wait_for_held, LIVENESS_S)  # B is mid-job: its second answer is held
             before = asdict(await queue.get(job.id)), await queue.finished_documents(job.id)  # type: ignore[arg-type]
             assert before[0]["lease_token"] == 2 and before[0]["worker"].startswith(b.id_prefix)

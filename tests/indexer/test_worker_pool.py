@@ -26,10 +26,10 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from indexer.queue import Job
 from indexer.queue_postgres import PostgresJobQueue
 from indexer.spec import IngestSpec, PathSource
 from service.profiles import MINILM
@@ -39,6 +39,7 @@ from tests.support.embed_proxy import EmbedProxy, embed_proxy
 from tests.support.lease_expiry import expire_postgres_lease
 from tests.support.postgres import PostgresCluster
 from tests.support.runners import RunnerURLs
+from tests.support.waiting import until_async
 from tests.support.workers import WorkerProcess, start_worker
 
 WORKERS = 3
@@ -101,12 +102,12 @@ async def test_workers_drain_the_queue_and_a_killed_workers_job_is_taken_over_on
             killed_job = _doc(held.texts[0])[0]
             await expire_postgres_lease(url, jobs[killed_job].id, 1)  # the dead worker's lease runs out now
 
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
+
+            async def all_ended() -> list[Job | None] | None:  # job records other processes write: polled
                 final = [await queue.get(j.id) for j in jobs]
-                if all(f is not None and f.state not in ("queued", "running") for f in final):
-                    break
-                await asyncio.sleep(0.2)
+                return final if all(f is not None and f.state not in ("queued", "running") for f in final) else None
+
+            final = await until_async(all_ended, "every job ended", 300, every_s=0.2)
         finally:
             for w in workers:
                 w.stop()

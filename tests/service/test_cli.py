@@ -20,7 +20,7 @@ from tests.support.tiers import patient
 
 def _wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout_s: float) -> tuple[re.Match[str], str]:
     seen = []
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patient(timeout_s)  # a liveness bound only: another process's output
     assert proc.stdout is not None
     while time.monotonic() < deadline:
         line = proc.stdout.readline()

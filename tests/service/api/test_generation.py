@@ -34,6 +34,7 @@ from tests.support.scripted_runner import (
     scripted_settings,
 )
 from tests.support.server import live_server
+from tests.support.tiers import patient
 
 PHOTO = raster("PNG", 320, 200, color=(30, 120, 200))
 DOCS = [
@@ -243,7 +244,7 @@ async def test_client_disconnect_aborts_the_generation(vl_settings: Settings, vl
                         break  # the first token arrived: hang up
         after = await _vllm_counts(vl_runner.url)
         # vLLM's metrics are state with no event to wait on: polled, under a liveness bound only.
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + patient(120)
         while after["running"] and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
             after = await _vllm_counts(vl_runner.url)

@@ -249,7 +249,7 @@ async def test_upload_in_the_jobs_tab_then_search_what_was_indexed(
                 await page.dispatch_event("#drop-files", "drop", {"dataTransfer": drop})
             job_id = (await (await submitted.value).json())["id"]
             job = page.locator(f'#jobs li[data-job-id="{job_id}"]')
-            states = []
+            states = []  # every state the page showed, polled (the row has no event to wait on): a liveness bound
             deadline = time.monotonic() + PATIENCE_S
             while time.monotonic() < deadline:
                 state = await job.locator(".state").text_content()

@@ -30,6 +30,7 @@ from service.runners.launcher import RunnerProcess, RunnerSpec, _group_alive, ru
 from service.runners.supervisor import RestartPolicy, Supervisor
 from tests.support.lease_clock import ManualClock
 from tests.support.runners import free_port
+from tests.support.tiers import patient
 
 T = TypeVar("T")
 LIVENESS_S = 60.0
@@ -122,7 +123,7 @@ def supervised(runner: RunnerProcess, clock: ManualClock) -> Iterator[SteppedBac
 
 def _wait_for(predicate: Callable[[], T | None]) -> T:
     """An event with nothing to wait on but polling: a liveness bound only."""
-    deadline = time.monotonic() + LIVENESS_S
+    deadline = time.monotonic() + patient(LIVENESS_S)
     while time.monotonic() < deadline:
         value = predicate()
         if value:

@@ -22,6 +22,7 @@ from service.store.edge import EdgeStore
 from service.store.process import ProcessStore
 from service.store.types import Chunk
 from tests.support.heartbeat import Heartbeat
+from tests.support.tiers import patient
 
 WRITER = textwrap.dedent("""
     import asyncio, sys
@@ -66,7 +67,9 @@ def _kill_the_writer_midway(root: Path) -> tuple[int, int]:
     with proc.stdout:
         for line in proc.stdout:  # batches acknowledged before the kill landed
             acked = int(line.split()[0])
-    deadline = time.monotonic() + 30
+    # The child sees its parent gone (its socket closes) and exits: another process's exit, polled. If it never
+    # does, the bound runs out and the caller's assertion that it is gone fails.
+    deadline = time.monotonic() + patient(120)
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.1)
     return acked, child
