@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
 
 from service.api.cancellation import with_cancellation
 from service.api.deps import ApiKey, PrincipalDep, ServicesDep
@@ -13,6 +12,7 @@ from service.api.json_body import JsonRoute
 from service.api.schemas.chat import ChatCompletionRequest
 from service.api.schemas.errors import error_responses
 from service.api.state import Services
+from service.api.streaming import RelayResponse
 from service.errors import BadRequest
 from service.generation.chat import ChatHandler
 
@@ -37,7 +37,7 @@ def _chat(services: Services) -> ChatHandler:
 @with_cancellation
 async def chat_completions(
     body: ChatCompletionRequest, services: ServicesDep, principal: PrincipalDep, raw_request: Request
-) -> dict[str, Any] | StreamingResponse:
+) -> dict[str, Any] | RelayResponse:
     if body.ragserve is not None:
         for i, name in enumerate(body.ragserve.collections):
             principal.check_collection(name, param=f"ragserve.collections[{i}]")
@@ -45,7 +45,7 @@ async def chat_completions(
     prepared = await handler.prepare(body.to_chat_request(), tenant=principal.tenant)
     if body.stream:
         events = await handler.open_stream(prepared)
-        return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        return RelayResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     return await handler.complete(prepared)
 
 
