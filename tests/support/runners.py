@@ -11,7 +11,8 @@ session runners, the VL runner, one spare MiniLM replica, and the runner the REA
 it shows (tests/service/test_cli.py). Each start costs minutes on loaded cores, so a test that starts its own
 runner instead of sharing these fails rather than quietly stretching CI."""
 SOAK_VLLM_STARTS = 10
-"""The soak tier starts the session runners, the spare, a third MiniLM replica and two VL replicas of its own."""
+"""The soak tier starts the session runners, the spare, a third MiniLM replica, the session's VL runner and two VL
+replicas of its own (8 in all)."""
 _starts = {"count": 0, "cap": GATE_VLLM_STARTS}
 
 STORE_SPAWNS = 60
