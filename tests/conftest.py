@@ -33,6 +33,7 @@ from tests.support.runners import (
     counted_store_spawn,
     counts,
     free_port,
+    scale_caps,
     set_start_cap,
 )
 from tests.support.soak import BASELINE_OPTION, Figures, Row, compare, load_baselines, table, write_baseline, write_run
@@ -68,6 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_STARTED] = time.time()
     if config.getoption(SOAK_OPTION):
         set_start_cap(SOAK_VLLM_STARTS)
+    scale_caps(getattr(config.option, "count", None) or 1)   # pytest-repeat's --count, where it is installed
 
 
 @pytest.fixture
