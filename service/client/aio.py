@@ -9,6 +9,7 @@ import httpx
 
 from service.client.api import ClientBase
 from service.client.errors import RagserveClientError
+from service.client.loops import PerLoop
 from service.client.protocol import Call, Operation, Sleep, StreamCall, check, request_args, transport_error
 from service.client.streaming import AsyncChatStream
 
@@ -18,14 +19,19 @@ T = TypeVar("T")
 class AsyncClient(ClientBase):
     """:class:`~service.client.Client`'s operations, each a coroutine (``await client.search(...)``);
     ``chat_stream`` returns an async context manager and iterator. Same arguments as ``Client``,
-    ``http_client`` being an ``httpx.AsyncClient``."""
+    ``http_client`` being an ``httpx.AsyncClient``.
+
+    Safe to use from several event loops, one after another (``asyncio.run`` called repeatedly) or at once:
+    the client makes one ``httpx.AsyncClient`` per loop, on the loop's first request, and closes it as that
+    loop shuts down (:mod:`service.client.loops`); ``aclose()`` closes the current loop's at once. A given
+    ``http_client`` is used as it is, on the loop it belongs to."""
 
     def __init__(self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 120.0,
                  max_retries: int = 2, http_client: httpx.AsyncClient | None = None) -> None:
         super().__init__(base_url if http_client is None else str(http_client.base_url), api_key,
                          max_retries=max_retries)
-        self._owns_http = http_client is None
-        self._http = http_client or httpx.AsyncClient(base_url=self.base_url, timeout=timeout)
+        self._given = http_client
+        self._per_loop = PerLoop(lambda: httpx.AsyncClient(base_url=self.base_url, timeout=timeout))
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -34,12 +40,15 @@ class AsyncClient(ClientBase):
         await self.aclose()
 
     async def aclose(self) -> None:
-        if self._owns_http:
-            await self._http.aclose()
+        """Close this loop's connections (a given ``http_client`` stays open: it is the caller's)."""
+        await self._per_loop.aclose()
+
+    async def _http(self) -> httpx.AsyncClient:
+        return self._given if self._given is not None else await self._per_loop.get()
 
     async def _exchange(self, call: Call) -> httpx.Response:
         try:
-            return check(await self._http.request(call.method, call.path, **request_args(call, self._auth)))
+            return check(await (await self._http()).request(call.method, call.path, **request_args(call, self._auth)))
         except httpx.TransportError as exc:
             raise transport_error(exc) from exc
 
@@ -63,8 +72,9 @@ class AsyncClient(ClientBase):
     async def _open(self, call: Call) -> httpx.Response:
         """Send a streamed request; an error answer is read whole and raised."""
         try:
-            request = self._http.build_request(call.method, call.path, **request_args(call, self._auth))
-            response = await self._http.send(request, stream=True)
+            http = await self._http()
+            request = http.build_request(call.method, call.path, **request_args(call, self._auth))
+            response = await http.send(request, stream=True)
             if response.status_code >= 400:
                 await response.aread()
                 await response.aclose()

@@ -1,0 +1,69 @@
+"""The async client across event loops (service/client/loops.py): one ``asyncio.run`` after another, as a script,
+LangChain's sync-over-async callers and LlamaIndex's async fusion do. Each loop gets its own connections and
+closes them as it ends: counted exactly in /proc, before and after (tests/support/descriptors.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import urlsplit
+
+from service.client import AsyncClient, Client
+from service.client.langchain import RagserveRetriever
+from service.config import Settings
+from tests.service.client.seed import seed
+from tests.support.app import API_KEY
+from tests.support.descriptors import connections_to, open_descriptors
+from tests.support.server import live_server
+
+QUERY = "how is espresso made?"
+
+
+def test_a_hundred_asyncio_runs_leave_no_connection_or_descriptor_behind(minilm_settings: Settings) -> None:
+    with live_server(minilm_settings) as url, Client(url, API_KEY) as rs:
+        seed(rs)
+        port = urlsplit(url).port
+        assert port is not None
+        retriever = RagserveRetriever(collection="kb", base_url=url, api_key=API_KEY, top_k=1)
+        first = asyncio.run(retriever.ainvoke(QUERY))  # imports and lazy set-up happen once, before counting
+        before = open_descriptors(server_port=port)
+        found = [asyncio.run(retriever.ainvoke(QUERY)) for _ in range(100)]
+        after = open_descriptors(server_port=port)
+        left = connections_to(port)
+    assert [d.metadata["doc_id"] for d in first] == ["espresso"]
+    assert all(docs == first for docs in found)
+    assert (after, left) == (before, 0)
+
+
+def test_aclose_closes_this_loops_connection_and_the_client_stays_usable(minilm_settings: Settings) -> None:
+    with live_server(minilm_settings) as url, Client(url, API_KEY) as rs:
+        seed(rs)
+        port = urlsplit(url).port
+        assert port is not None
+        client = AsyncClient(url, API_KEY)
+
+        async def use_close_use() -> list[int]:
+            counts = []
+            await client.list_collections()
+            counts.append(connections_to(port))
+            await client.aclose()
+            counts.append(connections_to(port))
+            await client.list_collections()  # a new pool for this loop
+            counts.append(connections_to(port))
+            return counts
+
+        counts = asyncio.run(use_close_use())
+        left = connections_to(port)
+    assert counts == [1, 0, 1]
+    assert left == 0  # the loop's end closed the second pool
+
+
+async def test_one_client_serves_two_loops_at_once(minilm_settings: Settings) -> None:
+    """This test's loop and a thread's loop use one AsyncClient side by side; neither borrows the other's pool."""
+    with live_server(minilm_settings) as url, Client(url, API_KEY) as rs:
+        seed(rs)
+        client = AsyncClient(url, API_KEY)
+        here = await client.search("kb", QUERY, top_k=1)
+        there = await asyncio.to_thread(asyncio.run, client.search("kb", QUERY, top_k=1))
+        again = await client.search("kb", QUERY, top_k=1)
+        await client.aclose()
+    assert [h.id for h in here.hits] == [h.id for h in there.hits] == [h.id for h in again.hits]
