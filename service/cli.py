@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shlex
 import signal
 import sys
@@ -53,11 +54,18 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def _api(args: argparse.Namespace) -> tuple[str, str]:
-    settings = Settings()
-    key = args.api_key or (settings.api_keys[0].get_secret_value() if settings.api_keys else None)
+    """Where the API is and the key to send: ``--url``/``--api-key``, else ``RAGSERVE_URL``/``RAGSERVE_API_KEY``
+    (what the Python client reads). The server's ``RAGSERVE_API_KEYS`` is the server's: never read here."""
+    from service.client.api import DEFAULT_URL
+    from service.config import check_environment
+
+    check_environment(os.environ)  # a misspelt RAGSERVE_ variable is named here too, as by every command
+    url = args.url or os.environ.get("RAGSERVE_URL") or DEFAULT_URL
+    key = args.api_key or os.environ.get("RAGSERVE_API_KEY")
     if not key:
-        raise SystemExit("pass --api-key or set RAGSERVE_API_KEYS")
-    return args.url, key
+        raise SystemExit("ragserve: no API key: pass --api-key or set RAGSERVE_API_KEY (a key the server accepts; "
+                         "RAGSERVE_API_KEYS is the server's own list, not read by client commands)")
+    return url, key
 
 
 def _client(args: argparse.Namespace) -> Client:
@@ -280,8 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_serve)
 
     def api(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--url", default="http://127.0.0.1:8000")
-        p.add_argument("--api-key", default=None, help="default: the first of RAGSERVE_API_KEYS")
+        p.add_argument("--url", default=None, help="the API (default: $RAGSERVE_URL, else http://127.0.0.1:8000)")
+        p.add_argument("--api-key", default=None, help="a key the API accepts (default: $RAGSERVE_API_KEY)")
 
     p = sub.add_parser("index", help="index files or folders into a collection, with live progress")
     p.add_argument("paths", nargs="+", metavar="PATH",

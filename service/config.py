@@ -24,6 +24,10 @@ ENV_PREFIX = "RAGSERVE_"
 NOT_SETTINGS = frozenset({"RAGSERVE_VLLM", "RAGSERVE_KUSTOMIZE"})
 """``RAGSERVE_`` names read by scripts, not by Settings: deploy/local/setup.sh's vLLM build, tests/deploy's
 kustomize command."""
+CLIENT_VARIABLES = frozenset({"RAGSERVE_URL", "RAGSERVE_API_KEY"})
+"""What the Python client, its adapters and the client commands (``ragserve index``, ``search``...) read: where
+the API is and the key to send it. Not server settings (the server's keys are ``RAGSERVE_API_KEYS``), but known
+names: exporting them never stops a command, and a name near one of them is pointed to it."""
 NOT_SETTINGS_PREFIXES = ("RAGSERVE_TEST_",)
 """The test session's developer shortcuts (tests/conftest.py)."""
 
@@ -475,8 +479,9 @@ def setting_names(model: type[BaseModel] = Settings, prefix: str = ENV_PREFIX) -
 
 
 def check_environment(environ: Mapping[str, str]) -> None:
-    """Refuse ``RAGSERVE_`` variables that name no setting (pydantic-settings would ignore them)."""
-    valid = setting_names()
+    """Refuse ``RAGSERVE_`` variables that name no setting nor client variable (pydantic-settings would ignore
+    them)."""
+    valid = setting_names() | CLIENT_VARIABLES
     unknown = sorted(
         name for name in environ
         if name.upper().startswith(ENV_PREFIX) and name.upper() not in valid and name.upper() not in NOT_SETTINGS

@@ -52,7 +52,7 @@ def run_demo(settings: Settings, *, collection: str = "sample", query: str = SAM
             print(f"API key: {key}")
             print(f"playground: {base_url}/ui  (paste the key, pick a collection, search; "
                   "the Jobs tab takes dropped files)")
-            print(f"index your own files: RAGSERVE_API_KEYS={key} .venv/bin/ragserve index ./my-docs --collection kb")
+            print(f"index your own files: RAGSERVE_API_KEY={key} .venv/bin/ragserve index ./my-docs --collection kb")
             print(f"try: curl -s {base_url}/v1/search -H 'Authorization: Bearer {key}' "
                   f"-H 'Content-Type: application/json' -d '{{\"collection\": \"{collection}\", "
                   f"\"query\": \"what is BM25?\"}}'")

@@ -84,7 +84,7 @@ async def index(url: str, corpus: Path, collection: str, expected: int) -> None:
         subprocess.run,
         [sys.executable, "-m", "service.cli", "index", str(corpus), "--collection", collection, "--url", url,
          "--quiet"],
-        env={**os.environ, "RAGSERVE_API_KEYS": API_KEY}, text=True, capture_output=True, timeout=900,
+        env={**os.environ, "RAGSERVE_API_KEY": API_KEY}, text=True, capture_output=True, timeout=900,
     )
     assert indexed.returncode == 0, indexed.stdout + indexed.stderr
     assert f"{expected} seen, {expected} indexed" in indexed.stdout, indexed.stdout

@@ -46,7 +46,7 @@ async def test_scifact_ragserve_index_then_every_mode(minilm_settings: Settings,
             subprocess.run,
             [sys.executable, "-m", "service.cli", "index", str(SCIFACT / "corpus.jsonl"), "--collection", "scifact",
              "--url", url, "--quiet"],
-            env={**os.environ, "RAGSERVE_API_KEYS": API_KEY}, text=True, capture_output=True, timeout=1800,
+            env={**os.environ, "RAGSERVE_API_KEY": API_KEY}, text=True, capture_output=True, timeout=1800,
         )
         assert indexed.returncode == 0, indexed.stdout + indexed.stderr
         soak_figures("scifact.index_s", time.monotonic() - started, "s", "lower", tolerance=0.5)

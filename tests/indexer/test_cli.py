@@ -14,7 +14,7 @@ from tests.support.server import live_server
 
 
 def _ragserve(*args: str, url: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RAGSERVE_API_KEYS": API_KEY}
+    env = {**os.environ, "RAGSERVE_API_KEY": API_KEY}
     return subprocess.run([sys.executable, "-m", "service.cli", *args, "--url", url], env=env, text=True,
                           capture_output=True, timeout=300)
 
@@ -94,3 +94,46 @@ def test_delete_by_filter_dry_run_then_delete(minilm_settings: Settings, tmp_pat
     assert not_json.returncode == 1 and "--filter is not JSON" in not_json.stderr
     assert unknown.returncode == 1
     assert unknown.stderr == "ragserve: error 404 collection_not_found: collection 'nope' does not exist (param collection)\n"
+
+
+def _fresh(**env: str) -> dict[str, str]:
+    """A new shell's environment: nothing of this session's (no RAGSERVE_ variable but those given)."""
+    return {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "LANG": "C.UTF-8", **env}
+
+
+RAGSERVE = str(Path(sys.executable).parent / "ragserve")  # the installed command, as a user runs it
+
+
+def test_a_fresh_shell_with_the_client_variables_indexes_and_searches(minilm_settings: Settings,
+                                                                       tmp_path: Path) -> None:
+    (tmp_path / "espresso.md").write_text("# Coffee\nEspresso forces hot water through fine coffee.\n")
+    minilm_settings.indexer.poll_s = 0.05
+    with live_server(minilm_settings, with_worker=True) as url:
+        env = _fresh(RAGSERVE_URL=url, RAGSERVE_API_KEY=API_KEY)
+        indexed = subprocess.run([RAGSERVE, "index", str(tmp_path), "--collection", "kb", "--quiet"], env=env,
+                                 text=True, capture_output=True, timeout=300)
+        found = subprocess.run([RAGSERVE, "search", "espresso", "--collection", "kb", "--json"], env=env, text=True,
+                               capture_output=True, timeout=300)
+        wrong = subprocess.run([RAGSERVE, "search", "espresso", "--collection", "kb", "--api-key",
+                                "wrong-key-0123456789"], env=env, text=True, capture_output=True, timeout=300)
+    assert indexed.returncode == 0, indexed.stderr
+    assert "1 seen, 1 indexed" in indexed.stdout
+    assert found.returncode == 0, found.stderr
+    assert [h["doc_id"] for h in json.loads(found.stdout)["hits"]] == ["espresso.md"]
+    assert wrong.returncode == 1 and "ragserve: error 401 invalid_api_key" in wrong.stderr  # --api-key wins
+
+
+def test_a_missing_key_names_the_variable_and_the_servers_list_is_not_read() -> None:
+    done = subprocess.run([RAGSERVE, "search", "x", "--collection", "kb"], text=True, capture_output=True,
+                          env=_fresh(RAGSERVE_URL="http://127.0.0.1:9", RAGSERVE_API_KEYS=API_KEY), timeout=120)
+    assert done.returncode == 1
+    assert done.stderr == ("ragserve: no API key: pass --api-key or set RAGSERVE_API_KEY (a key the server accepts; "
+                           "RAGSERVE_API_KEYS is the server's own list, not read by client commands)\n")
+
+
+def test_a_misspelt_client_variable_is_named() -> None:
+    done = subprocess.run([RAGSERVE, "search", "x", "--collection", "kb"], text=True, capture_output=True,
+                          env=_fresh(RAGSERVE_APIKEY=API_KEY), timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == ("ragserve: unknown setting(s) in the environment: RAGSERVE_APIKEY (did you mean "
+                           "RAGSERVE_API_KEY?). Every RAGSERVE_ variable must name a setting of service/config.py.\n")

@@ -80,7 +80,7 @@ def test_demo_main_job(tmp_path: Path) -> None:
     key = re.search(r"API key: (rs-\S+)", out)
     assert key, out
     assert f"playground: http://127.0.0.1:{port}/ui  (paste the key" in out
-    assert f"RAGSERVE_API_KEYS={key[1]} .venv/bin/ragserve index ./my-docs --collection kb" in out
+    assert f"RAGSERVE_API_KEY={key[1]} .venv/bin/ragserve index ./my-docs --collection kb" in out
 
 
 def test_runners_up_print_only_is_copy_pasteable_and_refuses_bad_combinations(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from service.config import NOT_SETTINGS, Settings, UnknownSetting, setting_names
+from service.config import CLIENT_VARIABLES, NOT_SETTINGS, Settings, UnknownSetting, setting_names
 
 
 def test_env_prefix_nested_sections_and_comma_separated_keys(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,7 +51,8 @@ def test_ingest_lists_are_comma_separated_or_json(monkeypatch: pytest.MonkeyPatc
     ("RAGSERVE_QDRANT__URLL", "RAGSERVE_QDRANT__URL"),
     ("RAGSERVE_LIMITS__MAX_TOPK", "RAGSERVE_LIMITS__MAX_TOP_K"),
     ("RAGSERVE_ENGINE__EMBED__MAX_NUM_SEQ", "RAGSERVE_ENGINE__EMBED__MAX_NUM_SEQS"),
-    ("ragserve_api_key", "RAGSERVE_API_KEYS"),
+    ("ragserve_api_keyss", "RAGSERVE_API_KEYS"),
+    ("RAGSERVE_APIKEY", "RAGSERVE_API_KEY"),  # the client's variable is a known name, pointed to as well
     ("RAGSERVE_OTEL_ENDPOINT", "RAGSERVE_OTEL__ENDPOINT"),
 ])
 def test_an_unknown_variable_stops_start_up_naming_the_nearest_setting(
@@ -75,6 +76,17 @@ def test_script_and_test_session_variables_are_not_settings_and_pass(monkeypatch
         monkeypatch.setenv(name, "x")
     monkeypatch.setenv("RAGSERVE_LIMITS", '{"max_top_k": 7}')  # a whole section as JSON is a setting too
     assert Settings().limits.max_top_k == 7
+
+
+def test_the_clients_variables_pass_and_are_not_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RAGSERVE_URL and RAGSERVE_API_KEY are the client's (service/client, the client commands): exported, they stop
+    nothing, and the server's keys stay RAGSERVE_API_KEYS."""
+    monkeypatch.delenv("RAGSERVE_API_KEYS", raising=False)
+    monkeypatch.setenv("RAGSERVE_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("RAGSERVE_API_KEY", "client-key-0123456789")
+    assert Settings().api_keys == []
+    assert CLIENT_VARIABLES == {"RAGSERVE_URL", "RAGSERVE_API_KEY"}
+    assert not CLIENT_VARIABLES & setting_names()
 
 
 def test_every_setting_has_an_environment_name() -> None:

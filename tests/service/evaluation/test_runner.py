@@ -31,10 +31,10 @@ def test_eval_indexes_then_scores_every_mode(minilm_settings: Settings, tmp_path
     with live_server(minilm_settings) as url:
         run = subprocess.run([sys.executable, "-m", "service.cli", "eval", str(data), "--collection", "tiny",
                               "--url", url, "--mode", "sparse", "--mode", "hybrid:dbsf", "--json"],
-                             env={**os.environ, "RAGSERVE_API_KEYS": API_KEY}, text=True, capture_output=True,
+                             env={**os.environ, "RAGSERVE_API_KEY": API_KEY}, text=True, capture_output=True,
                              timeout=300)
         missing = subprocess.run([sys.executable, "-m", "service.cli", "eval", str(data), "--collection", "bad name",
-                                  "--url", url], env={**os.environ, "RAGSERVE_API_KEYS": API_KEY}, text=True,
+                                  "--url", url], env={**os.environ, "RAGSERVE_API_KEY": API_KEY}, text=True,
                                  capture_output=True, timeout=300)
     assert run.returncode == 0, run.stderr
     reports = json.loads(run.stdout)
