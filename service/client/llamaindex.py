@@ -4,13 +4,20 @@
 
     from service.client.llamaindex import RagserveRetriever
 
-    retriever = RagserveRetriever("kb", base_url="http://127.0.0.1:8000", api_key=KEY, top_k=5)
+    retriever = RagserveRetriever("kb", base_url="http://127.0.0.1:8000", api_key=KEY, similarity_top_k=5)
     nodes = retriever.retrieve("how do I rotate keys?")       # or: await retriever.aretrieve(...)
     await retriever.aclose()                                   # or retriever.close(), without async use
 
-Each hit becomes a ``NodeWithScore``: a ``TextNode`` (id: the chunk's point id; metadata: the hit's own plus
-``doc_id``, ``chunk_index``, ``collection``, ``vector_score``, ``rerank_score``, ``location``) and the hit's
-score. ``RagserveRetriever(...)`` also plugs into ``RetrieverQueryEngine`` like any retriever.
+Each hit becomes a ``NodeWithScore`` whose ``score`` is ragserve's score for the hit, and whose ``TextNode`` is
+the chunk as stored: its id is the chunk's point id, its metadata the document's own metadata (untouched) plus
+what ragserve adds, under ``ragserve_`` names (``ragserve_collection``, ``ragserve_doc_id``,
+``ragserve_chunk_index``, ``ragserve_location``), which are kept out of the LLM's and the embedder's view of the
+node. Nothing per query is in the node (the dense and rerank sub-scores are ``Client.search``'s), so a chunk
+has one id and one ``hash`` whatever the query, and fusion (``QueryFusionRetriever``) merges its repeats.
+A user metadata key that happens to be one of ragserve's names keeps the user's value.
+
+``RagserveRetriever(...)`` plugs into ``RetrieverQueryEngine``, ``QueryFusionRetriever`` (``use_async=True``
+too: the async client keeps a connection pool per event loop) and ``ContextChatEngine`` like any retriever.
 """
 
 from __future__ import annotations
@@ -22,18 +29,37 @@ from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from service.client.aio import AsyncClient
-from service.client.models import SearchResult
+from service.client.models import SearchHit, SearchResult
 from service.client.sync import Client
+
+PREFIX = "ragserve_"
+RAGSERVE_KEYS = [f"{PREFIX}collection", f"{PREFIX}doc_id", f"{PREFIX}chunk_index", f"{PREFIX}location"]
+
+
+def node(hit: SearchHit, collection: str) -> TextNode:
+    """The chunk as a node: stable per chunk (id, text, metadata), the user's metadata never overwritten."""
+    ours = dict(zip(RAGSERVE_KEYS, (collection, hit.doc_id, hit.chunk_index, hit.location), strict=True))
+    metadata = {**ours, **hit.metadata}
+    return TextNode(id_=hit.id, text=hit.text, metadata=metadata, excluded_llm_metadata_keys=list(RAGSERVE_KEYS),
+                    excluded_embed_metadata_keys=list(RAGSERVE_KEYS))
 
 
 class RagserveRetriever(BaseRetriever):
+    """``similarity_top_k`` (LlamaIndex's name) or ``top_k``: how many nodes a query returns (default 5)."""
+
     def __init__(self, collection: str, *, base_url: str | None = None, api_key: str | None = None,
-                 top_k: int = 5, filter: dict[str, Any] | None = None,
-                 mode: Literal["dense", "sparse", "hybrid"] | None = None, rerank: bool | None = None,
-                 client: Client | None = None, async_client: AsyncClient | None = None,
-                 callback_manager: CallbackManager | None = None) -> None:
-        super().__init__(callback_manager=callback_manager)
-        self.collection, self.top_k, self.filter, self.mode, self.rerank = collection, top_k, filter, mode, rerank
+                 similarity_top_k: int | None = None, top_k: int | None = None,
+                 filter: dict[str, Any] | None = None, mode: Literal["dense", "sparse", "hybrid"] | None = None,
+                 rerank: bool | None = None, client: Client | None = None, async_client: AsyncClient | None = None,
+                 callback_manager: CallbackManager | None = None, verbose: bool = False) -> None:
+        if similarity_top_k is not None and top_k is not None and similarity_top_k != top_k:
+            raise ValueError(f"similarity_top_k={similarity_top_k} and top_k={top_k} disagree: pass one")
+        n = similarity_top_k if similarity_top_k is not None else top_k if top_k is not None else 5
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"similarity_top_k must be a positive integer, not {n!r}")
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+        self.collection, self.filter, self.mode, self.rerank = collection, filter, mode, rerank
+        self.similarity_top_k = n
         self._client = client or Client(base_url, api_key)
         self._async_client = async_client or AsyncClient(base_url, api_key)
         self._made = (client is None, async_client is None)
@@ -44,22 +70,20 @@ class RagserveRetriever(BaseRetriever):
             self._client.close()
 
     async def aclose(self) -> None:
+        """Also close the async client's connections of this loop (those of other loops close with them)."""
         self.close()
         if self._made[1]:
             await self._async_client.aclose()
 
-    def _nodes(self, result: SearchResult) -> list[NodeWithScore]:
-        out = []
-        for h in result.hits:
-            metadata = h.as_metadata(result.collection)
-            metadata.pop("score")
-            out.append(NodeWithScore(node=TextNode(id_=h.id, text=h.text, metadata=metadata), score=h.score))
-        return out
+    def _args(self) -> dict[str, Any]:
+        return {"top_k": self.similarity_top_k, "filter": self.filter, "mode": self.mode, "rerank": self.rerank}
+
+    @staticmethod
+    def _nodes(result: SearchResult) -> list[NodeWithScore]:
+        return [NodeWithScore(node=node(h, result.collection), score=h.score) for h in result.hits]
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return self._nodes(self._client.search(self.collection, query_bundle.query_str, top_k=self.top_k,
-                                               filter=self.filter, mode=self.mode, rerank=self.rerank))
+        return self._nodes(self._client.search(self.collection, query_bundle.query_str, **self._args()))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return self._nodes(await self._async_client.search(self.collection, query_bundle.query_str, top_k=self.top_k,
-                                                           filter=self.filter, mode=self.mode, rerank=self.rerank))
+        return self._nodes(await self._async_client.search(self.collection, query_bundle.query_str, **self._args()))

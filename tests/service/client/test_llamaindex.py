@@ -1,36 +1,82 @@
-"""The LlamaIndex retriever against the live service: the nodes are exactly ragserve's hits."""
+"""The LlamaIndex retriever against the live service: the nodes are exactly ragserve's hits, stable per chunk, with
+ragserve's own fields namespaced and out of the LLM's and the embedder's view; the count reaches the server."""
 
 from __future__ import annotations
 
-from llama_index.core.schema import NodeWithScore, TextNode
+import json
 
-from service.client import AsyncClient, Client
-from service.client.llamaindex import RagserveRetriever
+import httpx
+import pytest
+from llama_index.core.schema import MetadataMode, NodeWithScore
+
+from service.client import AsyncClient, Client, Document
+from service.client.llamaindex import RAGSERVE_KEYS, RagserveRetriever
 from service.config import Settings
 from tests.service.client.seed import DOCS, seed
 from tests.support.app import API_KEY
 from tests.support.server import live_server
 
+QUERY = "how is espresso made?"
+
 
 async def test_retriever_returns_the_hits_as_scored_nodes(minilm_settings: Settings) -> None:
-    with live_server(minilm_settings) as url, Client(url, API_KEY) as rs:
+    sent: list[dict[str, object]] = []
+
+    def record(request: httpx.Request) -> None:
+        sent.append(json.loads(request.content))
+
+    with live_server(minilm_settings) as url, Client(url, API_KEY) as rs, \
+            httpx.Client(base_url=url, event_hooks={"request": [record]}) as http:
         seed(rs)
-        retriever = RagserveRetriever("kb", base_url=url, api_key=API_KEY, top_k=2)
-        nodes = retriever.retrieve("how is espresso made?")
-        anodes = await retriever.aretrieve("how is espresso made?")
-        hits = rs.search("kb", "how is espresso made?", top_k=2).hits
+        retriever = RagserveRetriever("kb", base_url=url, api_key=API_KEY, similarity_top_k=2)
+        nodes = retriever.retrieve(QUERY)
+        anodes = await retriever.aretrieve(QUERY)
+        other = retriever.retrieve("coffee beans")  # another query, the same chunk among the hits
+        hits = rs.search("kb", QUERY, top_k=2).hits
         await retriever.aclose()
-        given = RagserveRetriever("kb", client=rs, async_client=AsyncClient(url, API_KEY), filter={"tag": "baking"},
-                                  mode="sparse")
+        given = RagserveRetriever("kb", client=Client(api_key=API_KEY, http_client=http),
+                                  async_client=AsyncClient(url, API_KEY), top_k=3, filter={"tag": "baking"},
+                                  mode="sparse", rerank=False)
         filtered = given.retrieve("bread")
         await given.aclose()  # closes neither client it was given
         await given._async_client.aclose()
+    assert sent == [{"collection": "kb", "query": "bread", "top_k": 3, "filter": {"tag": "baking"}, "mode": "sparse",
+                     "rerank": {"enabled": False}}]
     assert [(n.node.node_id, n.score) for n in nodes] == [(h.id, h.score) for h in hits]
     assert [(n.node.node_id, n.score) for n in anodes] == [(h.id, h.score) for h in hits]
-    top = hits[0]
-    expected = TextNode(id_=top.id, text=DOCS[0].text, metadata={
-        "tag": "coffee", "collection": "kb", "doc_id": "espresso", "chunk_index": 0,
-        "vector_score": top.vector_score, "rerank_score": None, "location": top.location})
-    assert nodes[0].node.text == expected.text and nodes[0].node.metadata == expected.metadata
+    top, node = hits[0], nodes[0].node
     assert isinstance(nodes[0], NodeWithScore)
-    assert [n.node.metadata["doc_id"] for n in filtered] == ["bread"]
+    assert node.text == DOCS[0].text
+    assert node.metadata == {"tag": "coffee", "ragserve_collection": "kb", "ragserve_doc_id": "espresso",
+                             "ragserve_chunk_index": 0, "ragserve_location": top.location}
+    assert node.excluded_llm_metadata_keys == node.excluded_embed_metadata_keys == RAGSERVE_KEYS
+    assert node.get_content(MetadataMode.LLM) == node.get_content(MetadataMode.EMBED) == f"tag: coffee\n\n{node.text}"
+    same = next(n.node for n in other if n.node.node_id == node.node_id)
+    assert (same.hash, same.metadata) == (node.hash, node.metadata)  # per chunk, not per query
+    assert [n.node.metadata["ragserve_doc_id"] for n in filtered] == ["bread"]
+
+
+def test_user_metadata_is_never_overwritten(minilm_settings: Settings) -> None:
+    mine = {"score": 0.25, "collection": "my-shelf", "location": "Berlin", "ragserve_doc_id": "the user's"}
+    with live_server(minilm_settings) as url, Client(url, API_KEY) as rs:
+        rs.create_collection("kb")
+        rs.upsert_documents("kb", [Document("note", "A note about espresso.", mine)])
+        retriever = RagserveRetriever("kb", base_url=url, api_key=API_KEY, similarity_top_k=1)
+        (found,) = retriever.retrieve("espresso")
+        retriever.close()
+    assert found.node.metadata == {**mine, "ragserve_collection": "kb", "ragserve_chunk_index": 0,
+                                   "ragserve_location": found.node.metadata["ragserve_location"]}
+
+
+def test_the_count_has_one_name_at_a_time() -> None:
+    with pytest.raises(ValueError) as disagree:
+        RagserveRetriever("kb", similarity_top_k=2, top_k=3)
+    with pytest.raises(ValueError) as zero:
+        RagserveRetriever("kb", similarity_top_k=0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'k'"):
+        RagserveRetriever("kb", k=2)  # type: ignore[call-arg]
+    assert str(disagree.value) == "similarity_top_k=2 and top_k=3 disagree: pass one"
+    assert str(zero.value) == "similarity_top_k must be a positive integer, not 0"
+    agreeing = RagserveRetriever("kb", similarity_top_k=2, top_k=2)
+    assert (agreeing.similarity_top_k, RagserveRetriever("kb").similarity_top_k) == (2, 5)
+    agreeing.close()
