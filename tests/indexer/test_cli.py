@@ -106,11 +106,13 @@ RAGSERVE = str(Path(sys.executable).parent / "ragserve")  # the installed comman
 
 def test_a_fresh_shell_with_the_client_variables_indexes_and_searches(minilm_settings: Settings,
                                                                        tmp_path: Path) -> None:
-    (tmp_path / "espresso.md").write_text("# Coffee\nEspresso forces hot water through fine coffee.\n")
+    folder = tmp_path / "kb"  # tmp_path is the server's data directory too
+    folder.mkdir()
+    (folder / "espresso.md").write_text("# Coffee\nEspresso forces hot water through fine coffee.\n")
     minilm_settings.indexer.poll_s = 0.05
     with live_server(minilm_settings, with_worker=True) as url:
         env = _fresh(RAGSERVE_URL=url, RAGSERVE_API_KEY=API_KEY)
-        indexed = subprocess.run([RAGSERVE, "index", str(tmp_path), "--collection", "kb", "--quiet"], env=env,
+        indexed = subprocess.run([RAGSERVE, "index", str(folder), "--collection", "kb", "--quiet"], env=env,
                                  text=True, capture_output=True, timeout=300)
         found = subprocess.run([RAGSERVE, "search", "espresso", "--collection", "kb", "--json"], env=env, text=True,
                                capture_output=True, timeout=300)
