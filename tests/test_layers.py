@@ -44,3 +44,22 @@ def test_the_check_sees_an_import_inside_a_function(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from service.api.schemas.chat import ChatCompletionRequest\n")
     assert imported_modules(module) == {"service.api.schemas.chat"}
+
+
+def test_the_client_modules_import_each_other_without_a_circle() -> None:
+    """service/client imports in one direction (steps <- streaming <- protocol <- api <- sync, aio; the adapters
+    on top), type-only imports included: a circle, even under TYPE_CHECKING, breaks on the first reordering."""
+    package = ROOT / "service" / "client"
+    graph = {path.stem: {m.rsplit(".", 1)[1] for m in imported_modules(path) if m.startswith("service.client.")}
+             for path in package.glob("*.py") if path.stem != "__init__"}
+    circles = []
+    for start in sorted(graph):
+        stack = [(start, [start])]
+        while stack:
+            module, path = stack.pop()
+            for nxt in sorted(graph.get(module, ())):
+                if nxt == start:
+                    circles.append(" -> ".join([*path, nxt]))
+                elif nxt not in path:
+                    stack.append((nxt, [*path, nxt]))
+    assert circles == []

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 
 from service.client.api import ClientBase
 from service.client.errors import RagserveClientError
 from service.client.loops import PerLoop
-from service.client.protocol import Call, Operation, Sleep, StreamCall, check, request_args, transport_error
-from service.client.streaming import AsyncChatStream
+from service.client.protocol import check, request_args, transport_error
+from service.client.steps import Call, Operation, Sleep
+from service.client.streaming import AsyncChatStream, StreamCall
 
 T = TypeVar("T")
 
@@ -32,6 +33,11 @@ class AsyncClient(ClientBase):
                          max_retries=max_retries)
         self._given = http_client
         self._per_loop = PerLoop(lambda: httpx.AsyncClient(base_url=self.base_url, timeout=timeout))
+
+    @property
+    def blocking(self) -> Literal[False]:
+        """False: each operation returns an awaitable (on ``Client``, True: its result)."""
+        return False
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -26,8 +26,9 @@ from service.client.models import (
     SearchResult,
     UpsertResult,
 )
-from service.client.protocol import Call, Operation, Sleep, Step, StreamCall, operation, streaming
-from service.client.streaming import ChatStreamDecoder, chat_result
+from service.client.protocol import operation, streaming
+from service.client.steps import Call, Operation, Sleep, Step
+from service.client.streaming import ChatStreamDecoder, StreamCall, chat_result
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 ProgressCallback = Callable[[Job], None]

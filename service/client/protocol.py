@@ -1,65 +1,48 @@
 """The one implementation behind :class:`~service.client.Client` and :class:`~service.client.AsyncClient`.
 
-Every operation is written once, without I/O, as a generator (sans-I/O): it yields a :class:`Call` (one HTTP
-exchange) or a :class:`Sleep` (a pause between job polls or before a retry) and is sent back the
-``httpx.Response``, or has the typed error thrown in at the ``yield`` (so an operation may catch
-``NotFound`` and go on). Its ``return`` is the result. The sync client drives it with ``httpx.Client`` and
-``time.sleep``, the async one with ``httpx.AsyncClient`` and ``asyncio.sleep``; nothing else differs.
+Every operation is written once, without I/O, as a generator (sans-I/O): it yields a
+:class:`~service.client.steps.Call` (one HTTP exchange) or a :class:`~service.client.steps.Sleep` (a pause
+between job polls or before a retry) and is sent back the ``httpx.Response``, or has the typed error thrown in
+at the ``yield`` (so an operation may catch ``NotFound`` and go on). Its ``return`` is the result. The sync
+client drives it with ``httpx.Client`` and ``time.sleep``, the async one with ``httpx.AsyncClient`` and
+``asyncio.sleep``; nothing else differs.
 
 :class:`operation` is the descriptor that turns such a generator method into a plain method on ``Client``
-and a coroutine method on ``AsyncClient``, typed for both (its ``__get__`` overloads).
+and a coroutine method on ``AsyncClient``, typed for both (its ``__get__`` overloads, which tell the two apart
+by their ``blocking`` marker: this module imports neither client, so the client modules import in one direction:
+steps <- streaming <- protocol <- api <- sync, aio).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from collections.abc import Awaitable, Callable
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
 import httpx
 
 from service.client.errors import ConnectionFailed, RagserveClientError, Timeout, error_from_response
-
-if TYPE_CHECKING:
-    from service.client.aio import AsyncClient
-    from service.client.streaming import AsyncChatStream, ChatStream, ChatStreamDecoder
-    from service.client.sync import Client
+from service.client.steps import Call, Operation
+from service.client.streaming import AsyncChatStream, ChatStream, StreamCall
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Call:
-    """One HTTP exchange, relative to the client's base URL."""
+class Blocking(Protocol):
+    """What the descriptors see of :class:`~service.client.Client` (named by a marker, not imported: the clients
+    import this module)."""
 
-    method: str
-    path: str
-    json: Any = None
-    params: dict[str, Any] | None = None
-    files: list[tuple[str, tuple[str, bytes, str]]] | None = None
-    data: dict[str, str] | None = None
-    headers: dict[str, str] = field(default_factory=dict)
+    @property
+    def blocking(self) -> Literal[True]: ...
 
 
-@dataclass(frozen=True)
-class Sleep:
-    seconds: float
+class Awaiting(Protocol):
+    """What the descriptors see of :class:`~service.client.AsyncClient`."""
 
-
-Step = Call | Sleep
-Operation = Generator[Step, "httpx.Response | None", T]
-"""Yields steps, is sent each Call's response (None after a Sleep), returns the result."""
-
-
-@dataclass(frozen=True)
-class StreamCall:
-    """A streamed exchange: the request, and the decoder its server-sent events go through."""
-
-    call: Call
-    decoder: Callable[[], ChatStreamDecoder]
+    @property
+    def blocking(self) -> Literal[False]: ...
 
 
 def _unbound(fn: Callable[..., Any]) -> inspect.Signature:
@@ -80,9 +63,9 @@ class operation(Generic[P, T]):  # noqa: N801 - used as a decorator, like proper
     @overload
     def __get__(self, obj: None, owner: type) -> operation[P, T]: ...
     @overload
-    def __get__(self, obj: Client, owner: type) -> Callable[P, T]: ...
+    def __get__(self, obj: Blocking, owner: type) -> Callable[P, T]: ...
     @overload
-    def __get__(self, obj: AsyncClient, owner: type) -> Callable[P, Awaitable[T]]: ...
+    def __get__(self, obj: Awaiting, owner: type) -> Callable[P, Awaitable[T]]: ...
 
     def __get__(self, obj: Any, owner: type) -> Any:
         if obj is None:
@@ -109,9 +92,9 @@ class streaming(Generic[P]):  # noqa: N801
     @overload
     def __get__(self, obj: None, owner: type) -> streaming[P]: ...
     @overload
-    def __get__(self, obj: Client, owner: type) -> Callable[P, ChatStream]: ...
+    def __get__(self, obj: Blocking, owner: type) -> Callable[P, ChatStream]: ...
     @overload
-    def __get__(self, obj: AsyncClient, owner: type) -> Callable[P, AsyncChatStream]: ...
+    def __get__(self, obj: Awaiting, owner: type) -> Callable[P, AsyncChatStream]: ...
 
     def __get__(self, obj: Any, owner: type) -> Any:
         if obj is None:

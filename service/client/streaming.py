@@ -9,18 +9,27 @@ as an ``{"error": {...}}`` event and is raised from the iteration as the matchin
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import httpx
 
 from service.client.errors import ConnectionFailed, error_from_event
 from service.client.models import ChatResult, Citation, Retrieval
-from service.client.protocol import StreamCall
+from service.client.steps import Call
 
-if TYPE_CHECKING:
-    from service.client.aio import AsyncClient
-    from service.client.sync import Client
+
+class Opens(Protocol):
+    """What a stream needs of :class:`~service.client.Client`: sending the request (an error answer raised)."""
+
+    def _open(self, call: Call) -> httpx.Response: ...
+
+
+class AsyncOpens(Protocol):
+    """The same of :class:`~service.client.AsyncClient`."""
+
+    async def _open(self, call: Call) -> httpx.Response: ...
 
 
 def chat_result(payload: dict[str, Any]) -> ChatResult:
@@ -83,6 +92,14 @@ class ChatStreamDecoder:
                           citations=self.citations, retrieval=self.retrieval, usage=self.usage)
 
 
+@dataclass(frozen=True)
+class StreamCall:
+    """A streamed exchange: the request, and the decoder its server-sent events go through."""
+
+    call: Call
+    decoder: Callable[[], ChatStreamDecoder]
+
+
 class _StreamView:
     _decoder: ChatStreamDecoder
 
@@ -113,7 +130,7 @@ class ChatStream(_StreamView):
     """``with client.chat_stream(...) as stream: for delta in stream: ...``; the request is sent on entry
     (or on first iteration), so a refusal raises there, before any text."""
 
-    def __init__(self, client: Client, call: StreamCall) -> None:
+    def __init__(self, client: Opens, call: StreamCall) -> None:
         self._client, self._call, self._decoder = client, call.call, call.decoder()
         self._response: httpx.Response | None = None
 
@@ -148,7 +165,7 @@ class ChatStream(_StreamView):
 class AsyncChatStream(_StreamView):
     """``async with client.chat_stream(...) as stream: async for delta in stream: ...``"""
 
-    def __init__(self, client: AsyncClient, call: StreamCall) -> None:
+    def __init__(self, client: AsyncOpens, call: StreamCall) -> None:
         self._client, self._call, self._decoder = client, call.call, call.decoder()
         self._response: httpx.Response | None = None
 

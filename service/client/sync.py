@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import time
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 
 from service.client.api import ClientBase
 from service.client.errors import RagserveClientError
-from service.client.protocol import Call, Operation, Sleep, StreamCall, check, request_args, transport_error
-from service.client.streaming import ChatStream
+from service.client.protocol import check, request_args, transport_error
+from service.client.steps import Call, Operation, Sleep
+from service.client.streaming import ChatStream, StreamCall
 
 T = TypeVar("T")
 
@@ -28,6 +29,11 @@ class Client(ClientBase):
                          max_retries=max_retries)
         self._owns_http = http_client is None
         self._http = http_client or httpx.Client(base_url=self.base_url, timeout=timeout)
+
+    @property
+    def blocking(self) -> Literal[True]:
+        """True: each operation returns its result (on ``AsyncClient``, False: an awaitable)."""
+        return True
 
     def __enter__(self) -> Client:
         return self
