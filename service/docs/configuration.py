@@ -24,7 +24,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import NoDecode
 
-from service.config import ENV_PREFIX, NOT_SETTINGS, NOT_SETTINGS_PREFIXES, Settings
+from service.config import CLIENT_VARIABLES, ENV_PREFIX, NOT_SETTINGS, NOT_SETTINGS_PREFIXES, Settings
 from service.docs.markdown import REPO_ROOT, check_or_write, code, slug, table
 
 OUTPUT = REPO_ROOT / "docs" / "configuration.md"
@@ -134,7 +134,11 @@ def render() -> str:
         "(`unknown setting(s) in the environment: RAGSERVE_LIMITS__MAX_TOPK (did you mean "
         "RAGSERVE_LIMITS__MAX_TOP_K?)`), except these, read by scripts and tests: "
         + ", ".join(code(n) for n in sorted(NOT_SETTINGS))
-        + " and " + ", ".join(code(p + "*") for p in NOT_SETTINGS_PREFIXES) + ".",
+        + " and " + ", ".join(code(p + "*") for p in NOT_SETTINGS_PREFIXES) + ". The client's own variables, "
+        + " and ".join(code(n) for n in sorted(CLIENT_VARIABLES, reverse=True))
+        + " (where the API is and the key to send it: read by the Python client, its adapters and the client "
+        "commands `ragserve index`, `search`, `delete`, `eval`, `tune-fusion`), are known too; they are not server "
+        "settings (the server's keys are `RAGSERVE_API_KEYS`).",
         "",
         "| section | variables |",
         "|---|---|",
