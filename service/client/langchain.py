@@ -52,7 +52,8 @@ def _one_count(k: Any, top_k: Any, default: Any) -> Any:
 
 
 class RagserveRetriever(BaseRetriever):
-    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", hide_input_in_errors=True)  # the key
+    # extra="forbid": an unknown argument is an error naming it; hide_input_in_errors: the input holds the key
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", hide_input_in_errors=True)
 
     collection: str
     base_url: str | None = None
