@@ -38,7 +38,7 @@ class EmbeddingsRequest(RequestModel):
         """OpenAI's other input forms get a refusal that says what ragserve takes, not a type error."""
         if value == []:
             raise refuse("empty_input", "an empty list; send a text or a list of texts")
-        if isinstance(value, list) and value and all(_token_ids(v) for v in value):
+        if type(value) is int or isinstance(value, list) and all(_token_ids(v) for v in value):
             raise refuse("token_input", "token ids are not taken; ragserve embeds text only (its model's own "
                          "tokenizer makes the tokens): send the text or a list of texts")
         return value
