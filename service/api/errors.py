@@ -65,16 +65,19 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 def _telling(details: list[dict[str, object]]) -> dict[str, object]:
     """The error the envelope's message is about: the first, unless it only says the value is not the first
-    member of a union (``input: Input should be a valid string`` for a list of texts) and another error went
-    deeper into the value: that one says what is wrong with it."""
+    member of a union (``input: Input should be a valid string`` for a list of texts). Then another member's
+    error about the value itself (not its type) is preferred, else a type error that went deeper into it."""
     if not details:
         return {"loc": [], "msg": "invalid request", "type": ""}
     first = details[0]
-    if str(first["type"]).endswith("_type"):
-        deeper = [d for d in details if len(d["loc"]) > len(first["loc"])]  # type: ignore[arg-type]
-        if deeper:
-            return max(deeper, key=lambda d: len(d["loc"]))  # type: ignore[arg-type]
-    return first
+    if not str(first["type"]).endswith("_type"):
+        return first
+    at: list[str] = first["loc"]  # type: ignore[assignment]
+    within = [d for d in details if d["loc"][: len(at)] == at]  # type: ignore[index]
+    about_value = [d for d in within if not str(d["type"]).endswith("_type")]
+    deeper = [d for d in within if len(d["loc"]) > len(at)]  # type: ignore[arg-type]
+    chosen = about_value or deeper
+    return max(chosen, key=lambda d: len(d["loc"])) if chosen else first  # type: ignore[arg-type]
 
 
 def _message(error: Any) -> str:
