@@ -304,8 +304,8 @@ class Limits(BaseModel):
     )
     max_top_k: int = Field(200, description="Largest top_k of a search or a grounded chat (422 top_k_too_large).")
     max_rerank_candidates: int = Field(
-        200, description="Largest rerank top_n, and documents in one /v1/rerank call (422 top_n_too_large, "
-        "413 too_many_documents).",
+        200, description="Largest rerank top_n, and documents in one /v1/rerank or /v2/rerank call (422 "
+        "top_n_too_large, 413 too_many_documents).",
     )
     max_metadata_bytes: int = Field(
         16_384, description="A document's metadata as JSON, in bytes (413 metadata_too_large)."

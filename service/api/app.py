@@ -18,7 +18,19 @@ from service.api.errors import install_error_handlers
 from service.api.limits import BodySizeLimit
 from service.api.metrics import Metrics, MetricsMiddleware
 from service.api.openapi import install_openapi
-from service.api.routes import chat, collections, deletion, health, ingest, mcp, passthrough, playground, search
+from service.api.routes import (
+    chat,
+    collections,
+    deletion,
+    embeddings,
+    health,
+    ingest,
+    mcp,
+    models,
+    playground,
+    rerank,
+    search,
+)
 from service.api.state import Services
 from service.auth.keyring import KeyConfigError, keyring_from_settings
 from service.clients.factory import Transports, embedding_client, rerank_client, runner_client
@@ -147,8 +159,8 @@ def create_app(
     app.state.keyring = keyring
     install_error_handlers(app)
     install_openapi(app, settings, get_profile(settings.profile))
-    for router in (health.router, collections.router, deletion.router, ingest.router, search.router, passthrough.router,
-                   chat.router, mcp.router, playground.router):
+    for router in (health.router, collections.router, deletion.router, ingest.router, search.router,
+                   embeddings.router, rerank.router, models.router, chat.router, mcp.router, playground.router):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes,
                        upload_max_bytes=settings.limits.max_upload_bytes)

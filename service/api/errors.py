@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -48,25 +49,53 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     errors = list(exc.errors())
     if any(e.get("type") == "json_invalid" for e in errors):
         return error_response(400, "invalid_request", "invalid_json", "the request body is not valid JSON")
-    details = [
-        {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg")), "type": str(e.get("type"))}
-        for e in errors
-    ]
-    first = details[0] if details else {"loc": [], "msg": "invalid request", "type": ""}
-    loc = [p for p in first["loc"] if p != "body" and not _validator_label(p)]  # type: ignore[union-attr]
+    details: list[dict[str, object]] = []
+    for e in errors:
+        detail = {"loc": [str(p) for p in e.get("loc", ()) if not _validator_label(str(p))],
+                  "msg": _message(e), "type": str(e.get("type"))}
+        if detail not in details:  # a union's members, once their labels are gone, often say the same
+            details.append(detail)
+    first = _telling(details)
+    loc = [p for p in first["loc"] if p != "body"]  # type: ignore[attr-defined]
     param = ".".join(loc) or None
     message = f"{param}: {first['msg']}" if param else str(first["msg"])
     return error_response(422, "invalid_request", _validation_code(loc, str(first["type"])), message, param=param,
                           details=details)
 
 
+def _telling(details: list[dict[str, object]]) -> dict[str, object]:
+    """The error the envelope's message is about: the first, unless it only says the value is not the first
+    member of a union (``input: Input should be a valid string`` for a list of texts). Then another member's
+    error about the value itself (not its type) is preferred, else a type error that went deeper into it."""
+    if not details:
+        return {"loc": [], "msg": "invalid request", "type": ""}
+    first = details[0]
+    if not str(first["type"]).endswith("_type"):
+        return first
+    at: list[str] = first["loc"]  # type: ignore[assignment]
+    within = [d for d in details if d["loc"][: len(at)] == at]  # type: ignore[index]
+    about_value = [d for d in within if not str(d["type"]).endswith("_type")]
+    deeper = [d for d in within if len(d["loc"]) > len(at)]  # type: ignore[arg-type]
+    chosen = about_value or deeper
+    return max(chosen, key=lambda d: len(d["loc"])) if chosen else first  # type: ignore[arg-type]
+
+
+def _message(error: Any) -> str:
+    """Pydantic's message without its own prefix (``Value error, ...``): the validator's words."""
+    message = str(error.get("msg"))
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    return message
+
+
 def _validator_label(part: str) -> bool:
     """Pydantic puts the union member it tried into an error's location (``function-after[_text(), str]``,
-    ``list[constrained-str]``, ``RangeCondition``); the field path alone is the ``param``."""
+    ``list[constrained-str]``, ``RangeCondition``), some with a function's repr and address in them; the field
+    path alone is the ``param`` and the ``details``' ``loc``."""
     return "[" in part or part in UNION_LABELS
 
 
-UNION_LABELS = frozenset({"str", "int", "bool", "float", "list", "dict", "RangeCondition", "RerankDocument",
+UNION_LABELS = frozenset({"str", "int", "bool", "float", "list", "dict", "RangeCondition", "RelevantSpans",
                           "SparseOptions", "TextPart", "ImagePart", "constrained-str", "constrained-int"})
 
 

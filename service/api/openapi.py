@@ -8,9 +8,10 @@ only the settings and the profile know:
   deployment allows: a server path only under ``RAGSERVE_INGEST__ALLOWED_ROOTS``, URLs only with
   ``RAGSERVE_FETCH__ALLOWED_DOMAINS``) or multipart ``files`` + ``options`` (``IngestOptions``);
 - the limits from settings (``top_k``, ``top_n``, query length, documents per request, dimensions...);
-- capabilities the deployment lacks are left out: without a reranker ``/v1/rerank`` and reranking in
-  ``/v1/search``; without a generator ``/v1/chat/completions``, ``/v1/models``, ``/v1/search/upload`` and
+- capabilities the deployment lacks are left out: without a reranker ``/v1/rerank``, ``/v2/rerank`` and
+  reranking in ``/v1/search``; without a generator ``/v1/chat/completions``, ``/v1/search/upload`` and
   search by image, so a query is required (the routes still answer, with a 400 that names the missing runner);
+  ``/v1/models`` lists what there is on every deployment;
 - dictionary keys as ``propertyNames`` (Pydantic writes ``patternProperties``, which lets any other key
   through, unlike the models);
 - a 401 on every operation that needs a key, and links between operations (create a collection, then
@@ -35,7 +36,8 @@ from service.profiles import Profile, resolve_generator
 from service.sparse.languages import legacy_languages, qdrant_languages
 
 Schema = dict[str, Any]
-GENERATION_PATHS = ("/v1/chat/completions", "/v1/models", "/v1/search/upload")
+GENERATION_PATHS = ("/v1/chat/completions", "/v1/search/upload")
+RERANK_PATHS = ("/v1/rerank", "/v2/rerank")
 REF = "#/components/schemas/{model}"
 
 
@@ -71,7 +73,8 @@ def deployment_document(doc: Schema, settings: Settings, profile: Profile) -> Sc
     _first(search["query"], "string")["maxLength"] = limits.max_query_chars
     _first(props("RerankOptions")["top_n"], "integer")["maximum"] = limits.max_rerank_candidates
     if profile.reranker is None:
-        paths.pop("/v1/rerank", None)
+        for path in RERANK_PATHS:
+            paths.pop(path, None)
         rerank = schemas["RerankOptions"]
         rerank["properties"]["enabled"] = {"const": False, "description": "This deployment has no reranker."}
         rerank["required"] = ["enabled"]
@@ -109,7 +112,8 @@ def deployment_document(doc: Schema, settings: Settings, profile: Profile) -> Sc
         _set(_first(embeddings["dimensions"], "integer"), minimum=low, maximum=high)
         _first(embeddings["input"], "array")["maxItems"] = limits.max_documents_per_request
     if "/v1/rerank" in paths:
-        props("RerankRequest")["documents"]["maxItems"] = limits.max_rerank_candidates
+        for name in ("RerankRequest", "RerankV2Request"):
+            props(name)["documents"]["maxItems"] = limits.max_rerank_candidates
 
     sparse = props("SparseOptions")
     sparse["language"]["enum"] = sorted({*qdrant_languages(), *legacy_languages()})

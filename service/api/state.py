@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from indexer.queue import JobQueue
 from service.api.metrics import Metrics
@@ -37,6 +38,8 @@ class Services:
     """None when the deployment serves no generation model; so are the two below."""
     image_queries: ImageQueryWriter | None = None
     chat: ChatHandler | None = None
+    started_at: int = field(default_factory=lambda: int(time.time()))
+    """When the services were built (Unix seconds): the ``created`` of /v1/models."""
 
     async def aclose(self) -> None:
         await self.jobs.close()

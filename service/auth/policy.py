@@ -32,8 +32,10 @@ ROUTE_SCOPES: dict[tuple[str, str], frozenset[Scope]] = {
     ("POST", "/v1/search/upload"): READ,
     ("POST", "/v1/chat/completions"): READ,
     ("GET", "/v1/models"): READ,
+    ("GET", "/v1/models/{model_id:path}"): READ,
     ("POST", "/v1/embeddings"): READ,
     ("POST", "/v1/rerank"): READ,
+    ("POST", "/v2/rerank"): READ,
     ("GET", "/mcp"): READ,  # the MCP tools (search, list collections); checked by service/api/routes/mcp.py
     ("POST", "/mcp"): READ,
     ("DELETE", "/mcp"): READ,

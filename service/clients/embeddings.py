@@ -2,7 +2,8 @@
 
 Queries are formatted with the profile's instruction template (Qwen3: ``Instruct: {task}\\nQuery:{query}``);
 documents are sent as they are. Inputs longer than the model's window are truncated by the runner
-(``truncate_prompt_tokens``) so a long chunk never fails a whole batch.
+(``truncate_prompt_tokens``) so a long chunk never fails a whole batch; :meth:`EmbeddingClient.check_fits`
+is the other choice, for the OpenAI route's ``truncate: NONE``.
 
 Queries (and the passthrough) travel in the runner client's ``query`` lane; documents in the ``bulk`` lane, so
 indexing never makes a search wait for a slot (:mod:`service.clients.lanes`).
@@ -25,7 +26,11 @@ import numpy as np
 from service.clients.errors import UpstreamError
 from service.clients.lanes import Lane
 from service.clients.runner import RunnerClient
+from service.errors import InvalidInput
 from service.profiles import EmbeddingModel
+
+SPECIAL_TOKENS_BOUND = 8
+"""More than any tokenizer here adds to a text (BERT's [CLS] and [SEP], Qwen3's end of text)."""
 
 
 class EmbeddingClient:
@@ -82,6 +87,28 @@ class EmbeddingClient:
         """Forward an OpenAI-style request as it is, with the served model name filled in."""
         body = {**body, "model": self.model.name}
         return await self.runner.post_json("/v1/embeddings", body, lane="query")
+
+    async def check_fits(self, texts: Sequence[str], *, single: bool = False) -> None:
+        """Refuse (422 ``input_too_long``, param ``input[i]``, or ``input`` when ``single``) the first text longer
+        than the window, counted by the runner's own ``/tokenize``; a text short by an upper bound (a token
+        spends at least one UTF-8 byte) costs no call."""
+        suspects = [i for i, t in enumerate(texts) if len(t.encode()) + SPECIAL_TOKENS_BOUND > self.truncate_tokens]
+        counts = await asyncio.gather(*(self._count_tokens(texts[i]) for i in suspects))
+        for i, count in zip(suspects, counts, strict=True):
+            if count > self.truncate_tokens:
+                where = "input" if single else f"input[{i}]"
+                raise InvalidInput(
+                    f"{where} is {count} tokens long, over the embedding model's window of {self.truncate_tokens} "
+                    "tokens (truncate: NONE); shorten it, or send truncate: END to have it cut to the window",
+                    code="input_too_long", param=where)
+
+    async def _count_tokens(self, text: str) -> int:
+        payload = await self.runner.post_json("/tokenize", {"model": self.model.name, "prompt": text,
+                                                            "add_special_tokens": True}, lane="query")
+        try:
+            return int(payload["count"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UpstreamError(self.runner.name, "tokenize response has an unexpected shape") from exc
 
     async def _embed_batch(
         self, texts: list[str], *, timeout_s: float | None, dimensions: int | None, lane: Lane,

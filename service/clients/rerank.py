@@ -12,6 +12,9 @@ instruction and the query, in the runner's tokenizer), and sends ``max_tokens_pe
 vLLM then cuts each document alone, at a character boundary found with its tokenizer's offsets, before it
 renders the template. A request whose every document is short by an upper bound (a byte-level tokenizer
 spends at most one token a UTF-8 byte) costs no extra call.
+
+A caller may cap each document further (Cohere's ``max_tokens_per_doc``): the lower of its cap and the window's
+budget is sent, and only when some document may be longer than the cap.
 """
 
 from __future__ import annotations
@@ -36,6 +39,14 @@ class RerankResult:
     score: float
 
 
+@dataclass(frozen=True)
+class Ranking:
+    results: list[RerankResult]
+    """Every document once, highest score first."""
+    prompt_tokens: int | None
+    """What the runner says it scored (its ``usage``), when it says."""
+
+
 class RerankClient:
     def __init__(
         self,
@@ -55,10 +66,18 @@ class RerankClient:
         """An upper bound of the template's own tokens (its source is longer than what it renders, bar the
         instruction, counted apart), for the cheap "every document fits" test."""
 
-    async def fit(self, query: str, documents: Sequence[str], kwargs: dict[str, Any]) -> dict[str, Any]:
+    async def fit(
+        self, query: str, documents: Sequence[str], kwargs: dict[str, Any], *, max_tokens_per_doc: int | None = None
+    ) -> dict[str, Any]:
         """The cut to ask the runner for: ``{}`` when every document fits the window as it is, else
         ``max_tokens_per_doc`` (and ``max_tokens_per_query`` where the query alone would crowd the documents
-        out). ``kwargs`` are the request's ``chat_template_kwargs``."""
+        out). ``kwargs`` are the request's ``chat_template_kwargs``; ``max_tokens_per_doc`` the caller's own cap."""
+        cut = await self._window_cut(query, documents, kwargs)
+        if max_tokens_per_doc is not None and any(len(d.encode()) > max_tokens_per_doc for d in documents):
+            cut["max_tokens_per_doc"] = min(cut.get("max_tokens_per_doc", max_tokens_per_doc), max_tokens_per_doc)
+        return cut
+
+    async def _window_cut(self, query: str, documents: Sequence[str], kwargs: dict[str, Any]) -> dict[str, Any]:
         fixed = self._template_bytes + len(str(kwargs.get("instruction") or "").encode()) + len(query.encode())
         if fixed + max(len(d.encode()) for d in documents) + CUT_MARGIN_TOKENS <= self.window:
             return {}
@@ -90,8 +109,16 @@ class RerankClient:
         self, query: str, documents: Sequence[str], *, instruction: str | None = None
     ) -> list[RerankResult]:
         """Scores for every document, highest first."""
+        return (await self.score(query, documents, instruction=instruction)).results
+
+    async def score(
+        self, query: str, documents: Sequence[str], *, instruction: str | None = None,
+        max_tokens_per_doc: int | None = None,
+    ) -> Ranking:
+        """Every document scored (each cut to the window, and to ``max_tokens_per_doc`` when given), highest
+        first, with the tokens the runner scored."""
         if not documents:
-            return []
+            return Ranking([], 0)
         kwargs = {"instruction": instruction or self.instruction}
         body: dict[str, Any] = {
             "model": self.model.name,
@@ -99,7 +126,7 @@ class RerankClient:
             "documents": list(documents),
             "top_n": len(documents),
             "chat_template_kwargs": kwargs,
-            **await self.fit(query, documents, kwargs),
+            **await self.fit(query, documents, kwargs, max_tokens_per_doc=max_tokens_per_doc),
         }
         payload = await self.runner.post_json("/rerank", body, lane="query")
         try:
@@ -107,18 +134,11 @@ class RerankClient:
                 RerankResult(index=int(r["index"]), score=float(r["relevance_score"]))
                 for r in payload["results"]
             ]
-        except (KeyError, TypeError, ValueError) as exc:
+            usage = payload.get("usage") or {}
+            prompt_tokens = usage.get("prompt_tokens", usage.get("total_tokens"))
+            tokens = None if prompt_tokens is None else int(prompt_tokens)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise UpstreamError(self.runner.name, "rerank response has an unexpected shape") from exc
         if sorted(r.index for r in results) != list(range(len(documents))):
             raise UpstreamError(self.runner.name, "rerank response does not score every document once")
-        return sorted(results, key=lambda r: r.score, reverse=True)
-
-    async def passthrough(self, body: dict[str, Any]) -> Any:
-        body = {**body, "model": self.model.name}
-        instruction = body.pop("instruction", None)
-        if instruction is not None:
-            body["chat_template_kwargs"] = {**body.get("chat_template_kwargs", {}), "instruction": instruction}
-        texts = [d if isinstance(d, str) else str(d.get("text", "")) for d in body.get("documents") or []]
-        if texts:
-            body.update(await self.fit(str(body.get("query", "")), texts, body.get("chat_template_kwargs", {})))
-        return await self.runner.post_json("/rerank", body, lane="query")
+        return Ranking(sorted(results, key=lambda r: r.score, reverse=True), tokens)

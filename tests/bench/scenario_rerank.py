@@ -129,7 +129,9 @@ def measure(*, embed_url: str, rerank_url: str, max_model_len: int = 2048, reque
                         failures[path].append(f"{r.status_code} after {elapsed:.1f}s: {r.text[:200]}")
                         continue
                     times[path].append(elapsed)
-                    tokens.append(r.json()["usage"]["prompt_tokens"])
+                    answer = r.json()  # ragserve answers in Cohere's shape, the runner in Jina's
+                    tokens.append(answer["meta"]["tokens"]["input_tokens"] if path == "ragserve"
+                                  else answer["usage"]["prompt_tokens"])
                 row: dict[str, Any] = {"docs": kind, "candidates": n,
                                        "prompt_tokens_per_request": float(np.mean(tokens)) if tokens else None,
                                        "failures": failures, "errors": sum(map(len, failures.values()))}

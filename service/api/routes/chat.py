@@ -1,4 +1,5 @@
-"""OpenAI-compatible chat completions (grounded with the ``ragserve`` extension) and the model list."""
+"""OpenAI-compatible chat completions (grounded with the ``ragserve`` extension); the models are listed by
+``service.api.routes.models``."""
 
 from __future__ import annotations
 
@@ -47,13 +48,3 @@ async def chat_completions(
         events = await handler.open_stream(prepared)
         return RelayResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     return await handler.complete(prepared)
-
-
-@router.get("/models", summary="The generation models a request may name: the base model and its LoRA adapters")
-async def models(services: ServicesDep) -> dict[str, Any]:
-    handler = _chat(services)
-    return {"object": "list", "data": [
-        {"id": name, "object": "model", "owned_by": "ragserve",
-         "parent": None if i == 0 else handler.generator.model.name}
-        for i, name in enumerate(handler.generator.models)
-    ]}

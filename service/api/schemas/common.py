@@ -38,7 +38,7 @@ from service.json_types import Int64
 from service.search.filters import FIELD_RE
 
 ERROR_CODES = frozenset({"control_character", "empty_text", "empty_query", "invalid_metadata", "zero_vector",
-                         "unsupported_language", "invalid_vector"})
+                         "unsupported_language", "invalid_vector", "empty_input", "token_input", "document_not_text"})
 """Validation error types raised here; each is the error's ``code`` in the envelope."""
 
 
@@ -84,6 +84,10 @@ Identifier = Annotated[str, Field(min_length=1, max_length=256, json_schema_extr
 """A document id: no control characters."""
 Text = Annotated[str, Field(json_schema_extra={"pattern": TEXT_PATTERN}), AfterValidator(_text)]
 """Free text: no control characters but whitespace."""
+NonEmptyText = Annotated[str, Field(min_length=1, json_schema_extra={"pattern": TEXT_PATTERN}), AfterValidator(_text)]
+"""Free text of at least one character. (A length on ``Text`` itself, ``Annotated[Text, Field(min_length=1)]``,
+would run after its function validator as a generic check: "Value should have at least 1 item", and a union
+member label with a function's address in it.)"""
 DocumentText = Annotated[str, Field(min_length=1, json_schema_extra={"pattern": NON_BLANK_TEXT_PATTERN}),
                          AfterValidator(_non_blank("empty_text", "text"))]
 QueryText = Annotated[str, Field(min_length=1, json_schema_extra={"pattern": NON_BLANK_TEXT_PATTERN}),

@@ -17,13 +17,14 @@ PROTECTED = [
     ("POST", "/v1/collections/{name}/ingest"),
     ("GET", "/v1/jobs"), ("GET", "/v1/jobs/{job_id}"), ("DELETE", "/v1/jobs/{job_id}"),
     ("POST", "/v1/search"), ("POST", "/v1/search/upload"), ("POST", "/v1/embeddings"), ("POST", "/v1/rerank"),
-    ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
-    ("GET", "/mcp"), ("POST", "/mcp"), ("DELETE", "/mcp"),
+    ("POST", "/v2/rerank"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
+    ("GET", "/v1/models/{model_id:path}"), ("GET", "/mcp"), ("POST", "/mcp"), ("DELETE", "/mcp"),
 ]
 
 
 def _concrete(path: str) -> str:
-    return path.replace("{name}", "x").replace("{job_id}", "j").replace("{doc_id:path}", "d")
+    return (path.replace("{name}", "x").replace("{job_id}", "j").replace("{doc_id:path}", "d")
+            .replace("{model_id:path}", "m"))
 
 
 @pytest.mark.parametrize("key", [None, "wrong-key-wrong-key-wrong"], ids=["missing", "wrong"])
@@ -78,7 +79,7 @@ async def test_every_route_for_every_scope(minilm_settings: Settings) -> None:
     routes = sorted({(m, r.path) for r in app.routes for m in getattr(r, "methods", ()) if m != "HEAD"})
     public = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/health"}
     routes = [r for r in routes if r[1] not in public and not r[1].startswith("/ui")]  # the playground's static page
-    assert len(routes) == len(ROUTE_SCOPES) == 22
+    assert len(routes) == len(ROUTE_SCOPES) == 24
     seen: dict[tuple[str, str, str], int] = {}
     async with app_client(minilm_settings, api_key=None) as client:
         for scope, key in SCOPE_KEYS.items():
@@ -99,7 +100,8 @@ async def test_every_route_for_every_scope(minilm_settings: Settings) -> None:
     assert {(m, p) for s, m, p in granted if s == "read"} == {
         ("GET", "/ready"), ("GET", "/v1/collections"), ("GET", "/v1/collections/{name}"), ("POST", "/v1/search"),
         ("POST", "/v1/search/upload"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
-        ("POST", "/v1/embeddings"), ("POST", "/v1/rerank"), ("GET", "/mcp"), ("POST", "/mcp"), ("DELETE", "/mcp")}
+        ("GET", "/v1/models/{model_id:path}"), ("POST", "/v1/embeddings"), ("POST", "/v1/rerank"),
+        ("POST", "/v2/rerank"), ("GET", "/mcp"), ("POST", "/mcp"), ("DELETE", "/mcp")}
     assert {(m, p) for s, m, p in granted if s == "admin"} == {
         ("GET", "/ready"), ("GET", "/metrics"), ("GET", "/v1/collections"), ("GET", "/v1/collections/{name}"),
         ("POST", "/v1/collections"), ("DELETE", "/v1/collections/{name}"), ("GET", "/v1/jobs"),

@@ -179,7 +179,9 @@ async def test_without_the_extension_it_is_a_plain_proxy(vl_settings: Settings) 
     assert sent["messages"][0]["role"] == "user" and len(sent["messages"]) == 1  # no system prompt added
     assert sent["messages"][0]["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
     assert body["choices"] == answered["choices"]
-    assert [m["id"] for m in models.json()["data"]] == ["Qwen/Qwen3-VL-2B-Instruct", "tenant-a"]
+    assert [(m["id"], m["task"], m.get("parent")) for m in models.json()["data"]] == [
+        ("Qwen/Qwen3-VL-2B-Instruct", "generate", None), ("tenant-a", "generate", "Qwen/Qwen3-VL-2B-Instruct"),
+        ("Qwen/Qwen3-Embedding-0.6B", "embed", None), ("Qwen/Qwen3-Reranker-0.6B", "rerank", None)]
     assert unauthenticated.status_code == 401
     assert ready.status_code == 200 and ready.json()["checks"]["generation_runner"] == "ok"
 

@@ -1,6 +1,7 @@
 """The official ``openai`` client, unmodified, pointed at the live ragserve (``base_url=.../v1``, a ragserve
 key): embeddings, chat whole and streamed, the grounded extension through ``extra_body``, and the example
-script in docs/examples run as a user runs it."""
+script in docs/examples run as a user runs it; the model list and ``models.retrieve`` on a profile without a
+generator, and the refusals an embeddings user reads (token ids, no input, an input past the window)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from openai import OpenAI
 
 from service.client import Client
 from service.config import Settings
+from service.profiles import MINILM
 from tests.service.client.seed import seed
 from tests.support.app import API_KEY
 from tests.support.server import live_server
@@ -60,3 +62,36 @@ def test_embeddings_and_chat_through_the_openai_client(vl_settings: Settings) ->
     lines = example.stdout.splitlines()
     assert lines[0] == f"embedding: {len(ours.vectors[0])} dimensions"
     assert [line[:4] for line in lines[-3:]] == ["[1] ", "[2] ", "[3] "]  # top_k 3 of the 3 documents
+
+
+MINILM_WINDOW = 256
+LONG = "espresso crema " * 300
+
+
+def test_models_and_embedding_refusals_without_a_generator(minilm_settings: Settings) -> None:
+    name = MINILM.embedding.name
+    with live_server(minilm_settings) as url, OpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0,
+                                                     timeout=120) as sdk:
+        listed = sdk.models.list()
+        one = sdk.models.retrieve(name)  # the SDK sends the "/" in the id as %2F
+        with pytest.raises(openai.NotFoundError) as missing:
+            sdk.models.retrieve("gpt-4o")
+        with pytest.raises(openai.UnprocessableEntityError) as token_ids:
+            sdk.embeddings.create(model=name, input=[[1, 2, 3]])
+        with pytest.raises(openai.UnprocessableEntityError) as empty:
+            sdk.embeddings.create(model=name, input=[])
+        with pytest.raises(openai.UnprocessableEntityError) as too_long:
+            sdk.embeddings.create(model=name, input=["short", LONG], extra_body={"truncate": "NONE"})
+        cut = sdk.embeddings.create(model=name, input=["short", LONG])
+    assert [(m.id, m.object, m.owned_by, m.created) for m in listed.data] == [(name, "model", "ragserve", one.created)]
+    assert one.model_dump(exclude_unset=True) == listed.data[0].model_dump(exclude_unset=True) == {
+        "id": name, "object": "model", "created": one.created, "owned_by": "ragserve", "task": "embed",
+        "max_model_len": MINILM_WINDOW}
+    assert (missing.value.code, missing.value.param) == ("model_not_found", "model_id")
+    assert missing.value.message.endswith(f"model 'gpt-4o' is not served here; available: {name}")
+    assert (token_ids.value.code, token_ids.value.param) == ("token_input", "input")
+    assert "token ids are not taken" in token_ids.value.message
+    assert (empty.value.code, empty.value.param) == ("empty_input", "input")
+    assert (too_long.value.code, too_long.value.param) == ("input_too_long", "input[1]")
+    assert f"over the embedding model's window of {MINILM_WINDOW} tokens (truncate: NONE)" in too_long.value.message
+    assert [d.index for d in cut.data] == [0, 1] and cut.usage.prompt_tokens <= 2 * MINILM_WINDOW

@@ -15,9 +15,11 @@ from referencing import Registry, Resource
 
 from service.api.app import create_app
 from service.api.schemas.collections import CollectionCreate, DocumentsUpsert
+from service.api.schemas.embeddings import EmbeddingsRequest
+from service.api.schemas.rerank import RerankRequest, RerankV2Request
 from service.api.schemas.search import SearchRequest
 from service.config import Settings
-from tests.support.app import API_KEY
+from tests.support.app import API_KEY, app_client
 
 
 def document(**settings: Any) -> dict[str, Any]:
@@ -72,8 +74,10 @@ def test_the_document_is_valid_and_every_reference_resolves(name: str) -> None:
 
 def test_capabilities_the_deployment_lacks_are_not_offered() -> None:
     minilm, qwen3 = document(profile="minilm"), document(profile="qwen3")
-    for path in ("/v1/rerank", "/v1/chat/completions", "/v1/models", "/v1/search/upload"):
+    for path in ("/v1/rerank", "/v2/rerank", "/v1/chat/completions", "/v1/search/upload"):
         assert path not in minilm["paths"] and path in qwen3["paths"], path
+    for path in ("/v1/models", "/v1/models/{model_id}", "/v1/embeddings"):  # every deployment serves these
+        assert path in minilm["paths"] and path in qwen3["paths"], path
     search = minilm["components"]["schemas"]["SearchRequest"]
     assert "image" not in search["properties"] and "query" in search["required"]
     assert minilm["components"]["schemas"]["RerankOptions"]["properties"]["enabled"]["const"] is False
@@ -91,6 +95,7 @@ def test_limits_come_from_the_settings() -> None:
     assert s["RerankOptions"]["properties"]["top_n"]["anyOf"][0]["maximum"] == 23
     assert s["DocumentsUpsert"]["properties"]["documents"]["maxItems"] == 7
     assert s["RerankRequest"]["properties"]["documents"]["maxItems"] == 23
+    assert s["RerankV2Request"]["properties"]["documents"]["maxItems"] == 23
     assert s["ChatCompletionRequest"]["properties"]["max_tokens"]["anyOf"][0]["maximum"] == 321
     vector = s["DocumentIn"]["properties"]["vector"]["anyOf"][0]
     assert (vector["minItems"], vector["maxItems"]) == (32, 1024)  # Qwen3-Embedding's Matryoshka sizes
@@ -170,6 +175,20 @@ CONGRUENCE = [
     ("CollectionCreate", CollectionCreate, {"name": "kb", "sparse": {"k1": 1e308}}),
     ("CollectionCreate", CollectionCreate, {"name": "-kb"}),
     ("CollectionCreate", CollectionCreate, {"name": "kb", "sparse": "yes"}),
+    ("EmbeddingsRequest", EmbeddingsRequest, {"input": ["a", "b"], "truncate": "NONE"}),
+    ("EmbeddingsRequest", EmbeddingsRequest, {"input": "a", "truncate": "START"}),
+    ("EmbeddingsRequest", EmbeddingsRequest, {"input": [1, 2]}),
+    ("EmbeddingsRequest", EmbeddingsRequest, {"input": []}),
+    ("EmbeddingsRequest", EmbeddingsRequest, {"input": [""]}),
+    ("RerankRequest", RerankRequest, {"query": "q", "documents": ["a", {"text": "b", "id": "c"}], "return_documents":
+                                      True, "rank_fields": ["text"], "max_chunks_per_doc": 1, "top_n": 1}),
+    ("RerankRequest", RerankRequest, {"query": "q", "documents": [{"text": 1}]}),
+    ("RerankRequest", RerankRequest, {"query": "q", "documents": ["a"], "max_tokens_per_doc": 5}),
+    ("RerankV2Request", RerankV2Request, {"query": "q", "documents": ["a"], "model": "m", "max_tokens_per_doc": 9,
+                                          "priority": 0, "relevant_spans": {"mode": "disabled", "threshold": 0.5}}),
+    ("RerankV2Request", RerankV2Request, {"query": "q", "documents": [{"text": "a"}]}),
+    ("RerankV2Request", RerankV2Request, {"query": "q", "documents": ["a"], "relevant_spans": {"mode": "maybe"}}),
+    ("RerankV2Request", RerankV2Request, {"query": "q", "documents": ["a"], "return_documents": True}),
 ]
 
 
@@ -205,3 +224,57 @@ def test_every_error_is_documented_as_the_envelope_and_ready_as_what_it_answers(
     for status in ("200", "503"):
         assert ready[status]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/ReadinessResponse"}
+
+
+def _response_schema(doc: dict[str, Any], path: str, method: str, status: str) -> dict[str, Any]:
+    schema: dict[str, Any] = doc["paths"][path][method]["responses"][status]["content"]["application/json"]["schema"]
+    return schema
+
+
+def _response_validator(doc: dict[str, Any], path: str, method: str, status: str) -> jsonschema.protocols.Validator:
+    ref = _response_schema(doc, path, method, status)["$ref"]
+    return _validator(doc, ref.split("/")[-1])
+
+
+def test_the_runner_routes_200s_are_typed() -> None:
+    doc = document(profile="qwen3")
+    expected = {("/v1/embeddings", "post"): "EmbeddingsResponse", ("/v1/rerank", "post"): "RerankResponse",
+                ("/v2/rerank", "post"): "RerankV2Response", ("/v1/models", "get"): "ModelList",
+                ("/v1/models/{model_id}", "get"): "ModelCard"}
+    for (path, method), model in expected.items():
+        assert _response_schema(doc, path, method, "200") == {"$ref": f"#/components/schemas/{model}"}, path
+    assert _response_schema(doc, "/v1/models/{model_id}", "get", "404") == {
+        "$ref": "#/components/schemas/ErrorResponse"}
+
+
+async def test_answers_are_what_the_document_says(qwen3_settings: Settings) -> None:
+    """Real answers of the runner routes (the tiny Qwen3 runners), each validated against its response schema in
+    the document this deployment serves."""
+    texts = ["The quick brown fox", "Espresso is brewed under pressure"]
+    calls = [
+        ("/v1/embeddings", "post", {"input": texts}, "200"),
+        ("/v1/embeddings", "post", {"input": "one", "encoding_format": "base64", "dimensions": 32}, "200"),
+        ("/v1/rerank", "post", {"query": "coffee", "documents": [texts[0], {"text": texts[1], "id": "b"}],
+                                "return_documents": True, "top_n": 1}, "200"),
+        ("/v1/rerank", "post", {"query": "coffee", "documents": texts}, "200"),
+        ("/v2/rerank", "post", {"query": "coffee", "documents": texts, "model": "m"}, "200"),
+        ("/v1/models", "get", None, "200"),
+        ("/v1/models/{model_id}", "get", None, "200"),
+        ("/v1/models/{model_id}", "get", None, "404"),
+        ("/v1/embeddings", "post", {"input": [[1, 2]]}, "422"),
+        ("/v2/rerank", "post", {"query": "coffee", "documents": texts, "relevant_spans": {"mode": "enabled"}}, "422"),
+    ]
+    concrete = {"/v1/models/{model_id}": iter(["/v1/models/Qwen/Qwen3-Reranker-0.6B", "/v1/models/nope"])}
+    async with app_client(qwen3_settings) as client:
+        served = (await client.get("/openapi.json")).json()
+        answers = []
+        for path, method, body, _ in calls:
+            url = next(concrete[path]) if path in concrete else path
+            answers.append(await client.request(method.upper(), url, json=body))
+    for (path, method, _, status), answer in zip(calls, answers, strict=True):
+        assert str(answer.status_code) == status, (path, answer.text)
+        errors = list(_response_validator(served, path, method, status).iter_errors(answer.json()))
+        assert errors == [], (path, status, [e.message for e in errors])
+    assert [(m["id"], m["task"]) for m in answers[5].json()["data"]] == [  # the profile's generator, though not up
+        ("Qwen/Qwen3-VL-2B-Instruct", "generate"), ("Qwen/Qwen3-Embedding-0.6B", "embed"),
+        ("Qwen/Qwen3-Reranker-0.6B", "rerank")]

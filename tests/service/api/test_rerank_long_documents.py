@@ -98,7 +98,7 @@ async def test_v1_rerank_takes_long_documents(qwen3_settings: Settings) -> None:
     assert sorted(r["index"] for r in results) == [0, 1, 2]
     scores = {r["index"]: r["relevance_score"] for r in results}
     assert scores[1] == pytest.approx(scores[2], abs=1e-6)  # the same text, string or object: the same cut
-    assert long.json()["usage"]["prompt_tokens"] <= 3 * qwen3_settings.runners.max_model_len
+    assert long.json()["meta"]["tokens"]["input_tokens"] <= 3 * qwen3_settings.runners.max_model_len
     assert short.status_code == 200, short.text
     paths = [("messages" in sent, "max_tokens_per_doc" in sent) for sent, _ in recorder.exchanges]
     assert paths == [(True, False), (False, True), (False, False)]
