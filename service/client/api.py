@@ -313,7 +313,8 @@ class ClientBase:
     def rerank(self, query: str, documents: Sequence[str], *, top_n: int | None = None,
                instruction: str | None = None) -> Operation[list[RerankResult]]:
         """Documents scored against the query, best first."""
-        body: dict[str, Any] = {"query": query, "documents": list(documents)}
+        # return_documents: /v1/rerank follows Cohere's default (false); RerankResult carries each document's text
+        body: dict[str, Any] = {"query": query, "documents": list(documents), "return_documents": True}
         if top_n is not None:
             body["top_n"] = top_n
         if instruction is not None:

@@ -137,7 +137,7 @@ def test_rerank_is_the_runner_route_typed(qwen3_settings: Settings) -> None:
         ranked = rs.rerank("how is espresso made?", passages, top_n=2, instruction="Find the recipe")
         raw = httpx.post(f"{url}/v1/rerank", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120,
                          json={"query": "how is espresso made?", "documents": passages, "top_n": 2,
-                               "instruction": "Find the recipe"}).json()
+                               "instruction": "Find the recipe", "return_documents": True}).json()
     assert [(r.index, r.relevance_score, r.text) for r in ranked] == [
         (r["index"], r["relevance_score"], r["document"]["text"]) for r in raw["results"]]
     assert len(ranked) == 2 and ranked[0].relevance_score >= ranked[1].relevance_score
