@@ -54,10 +54,9 @@ async def chromium() -> AsyncIterator[Browser]:
 
 def artifacts_dir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     """Where screenshots go: ``$RAGSERVE_TEST_ARTIFACTS/<name>`` when set, else under pytest's base temp
-    folder (kept after the run, the last three runs)."""
+    folder (kept after the run, the last three runs). The same folder each time a session asks (a module
+    fixture set up again, as under pytest-repeat's ``--count``)."""
     root = os.environ.get("RAGSERVE_TEST_ARTIFACTS")
-    if root:
-        path = Path(root) / name
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-    return tmp_path_factory.mktemp(name, numbered=False)
+    path = Path(root) / name if root else tmp_path_factory.getbasetemp() / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
