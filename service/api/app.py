@@ -157,6 +157,7 @@ def create_app(
     )
     app.state.metrics = metrics
     app.state.keyring = keyring
+    app.state.max_top_k = settings.limits.max_top_k  # the MCP search tool's schema states it
     install_error_handlers(app)
     install_openapi(app, settings, get_profile(settings.profile))
     for router in (health.router, collections.router, deletion.router, ingest.router, search.router,

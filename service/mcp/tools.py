@@ -10,14 +10,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from service import __version__
 from service.api.routes.search import run_search
+from service.api.schemas.common import FILTER_SYNTAX
 from service.api.schemas.search import SearchRequest
 from service.api.state import Services
 from service.auth.principal import Principal
@@ -96,15 +98,36 @@ def _root_logging_kept() -> Iterator[None]:
         root.setLevel(level)
 
 
-def build_server() -> MCPServer:
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+"""Both tools only read: the same call gives the same answer until the collection changes, and they reach
+nothing beyond this ragserve's own collections."""
+
+COLLECTION = "The collection to search: one of the names list_collections gives."
+QUERY = "The user's question or search text, in their words."
+MODE = ("How to match: dense (embedding similarity), sparse (BM25 keyword match) or hybrid (both, fused by "
+        "reciprocal rank). Default: hybrid where the collection has sparse vectors, else dense.")
+RERANK = ("true to rerank the candidates with the reranker, false not to. Default: on when this deployment has a "
+          "reranker.")
+
+
+def top_k_text(max_top_k: int) -> str:
+    return f"How many hits to return: 1 to {max_top_k}. Default 5."
+
+
+def build_server(*, max_top_k: int) -> MCPServer:
+    """The tools' schema states this server's limits: ``max_top_k`` is ``RAGSERVE_LIMITS__MAX_TOP_K``. The
+    bounds are stated, not enforced by the SDK, so a refusal still carries ragserve's code (``top_k_too_large``)."""
     with _root_logging_kept():
         server: MCPServer = MCPServer("ragserve", version=__version__, instructions=INSTRUCTIONS)
 
-    @server.tool(description="Search a ragserve collection: the passages that best answer the query, ranked, "
-                             "with their text, scores, metadata and location in the document.")
     async def search(
-        collection: str, query: str, ctx: Context, top_k: int = 5, filter: dict[str, Any] | None = None,
-        mode: Literal["dense", "sparse", "hybrid"] | None = None, rerank: bool | None = None,
+        collection: Annotated[str, Field(description=COLLECTION)],
+        query: Annotated[str, Field(description=QUERY)],
+        ctx: Context,
+        top_k: int = 5,  # described below: the text names this server's limit
+        filter: Annotated[dict[str, Any] | None, Field(description=f"{FILTER_SYNTAX} Omit for no filter.")] = None,
+        mode: Annotated[Literal["dense", "sparse", "hybrid"] | None, Field(description=MODE)] = None,
+        rerank: Annotated[bool | None, Field(description=RERANK)] = None,
     ) -> SearchOutput:
         try:
             body = SearchRequest.model_validate({
@@ -125,7 +148,13 @@ def build_server() -> MCPServer:
         return SearchOutput(collection=result.collection, query=result.query, mode=result.mode,
                             reranked=result.reranked, hits=hits)
 
-    @server.tool(description="The collections ragserve holds, with their sizes.")
+    search.__annotations__["top_k"] = Annotated[int, Field(
+        description=top_k_text(max_top_k), json_schema_extra={"minimum": 1, "maximum": max_top_k})]
+    server.tool(description="Search a ragserve collection: the passages that best answer the query, ranked, "
+                            "with their text, scores, metadata and location in the document.",
+                annotations=READ_ONLY)(search)
+
+    @server.tool(description="The collections ragserve holds, with their sizes.", annotations=READ_ONLY)
     async def list_collections(ctx: Context) -> CollectionsOutput:
         try:
             principal = _principal(ctx)

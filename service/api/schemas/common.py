@@ -131,12 +131,11 @@ FilterCondition = (
     | Annotated[list[Int64], Field(min_length=1)]
     | RangeCondition
 )
-Filter = Annotated[
-    dict[FilterField, FilterCondition],
-    Field(description='Conditions, all required: {"year": 2020} (equal), {"tag": ["a", "b"]} (any of), '
-                      '{"n": {"gte": 1, "lt": 5}} (range); "doc_id" is the document id, every other key a '
-                      "metadata field (a.b for a nested one)."),
-]
+FILTER_SYNTAX = ('Conditions, all required: {"year": 2020} (equal), {"tag": ["a", "b"]} (any of), '
+                 '{"n": {"gte": 1, "lt": 5}} (range); "doc_id" is the document id, every other key a '
+                 "metadata field (a.b for a nested one).")
+"""The filter syntax in words, for the OpenAPI page and the MCP tool's schema alike."""
+Filter = Annotated[dict[FilterField, FilterCondition], Field(description=FILTER_SYNTAX)]
 
 
 def filter_spec(conditions: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -34,7 +34,8 @@ async def test_every_route_but_health_needs_a_key(minilm_settings: Settings, key
         for method, path in PROTECTED:
             r = await client.request(method, _concrete(path), json={})
             assert r.status_code == 401, (method, path, r.text)
-            assert r.json()["error"]["type"] == "authentication_error"
+            body = r.json()["error"]["data"] if path == "/mcp" else r.json()  # /mcp: JSON-RPC, envelope in data
+            assert body["error"]["type"] == "authentication_error"
 
 
 async def test_every_route_in_the_app_is_covered(minilm_settings: Settings) -> None:
@@ -92,10 +93,11 @@ async def test_every_route_for_every_scope(minilm_settings: Settings) -> None:
                     assert r.status_code != 403 and r.status_code != 401, (scope, method, path, r.text)
                 else:
                     assert r.status_code == 403, (scope, method, path, r.text)
-                    assert r.json()["error"] == {
-                        "type": "permission_error", "code": "insufficient_scope",
-                        "message": r.json()["error"]["message"]}
-                    assert repr(scope) not in r.json()["error"]["message"]  # names what is needed, not what it has
+                    # /mcp refuses in JSON-RPC, so that MCP clients show the words; ragserve's envelope is its data
+                    error = (r.json()["error"]["data"] if path == "/mcp" else r.json())["error"]
+                    assert error == {"type": "permission_error", "code": "insufficient_scope",
+                                     "message": error["message"]}
+                    assert repr(scope) not in error["message"]  # names what is needed, not what it has
     granted = {(s, m, p) for s in SCOPE_KEYS for m, p in routes if s in ROUTE_SCOPES[(m, p)]}
     assert {(m, p) for s, m, p in granted if s == "read"} == {
         ("GET", "/ready"), ("GET", "/v1/collections"), ("GET", "/v1/collections/{name}"), ("POST", "/v1/search"),

@@ -10,6 +10,7 @@ import httpx2
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from service.config import Settings
 from tests.support.app import API_KEY
@@ -22,6 +23,21 @@ DOCS = [
     {"id": "tea", "text": "Green tea is steeped at about eighty degrees.", "metadata": {"tag": "tea"},
      "vector": [0.0, 1.0] + [0.0] * (DIM - 2)},
 ]
+
+
+SEARCH_PARAMS = {
+    "collection": "The collection to search: one of the names list_collections gives.",
+    "query": "The user's question or search text, in their words.",
+    "top_k": "How many hits to return: 1 to 200. Default 5.",
+    "filter": 'Conditions, all required: {"year": 2020} (equal), {"tag": ["a", "b"]} (any of), '
+              '{"n": {"gte": 1, "lt": 5}} (range); "doc_id" is the document id, every other key a metadata field '
+              "(a.b for a nested one). Omit for no filter.",
+    "mode": "How to match: dense (embedding similarity), sparse (BM25 keyword match) or hybrid (both, fused by "
+            "reciprocal rank). Default: hybrid where the collection has sparse vectors, else dense.",
+    "rerank": "true to rerank the candidates with the reranker, false not to. Default: on when this deployment has "
+              "a reranker.",
+}
+READ_ONLY = {"readOnlyHint": True, "idempotentHint": True, "openWorldHint": False}
 
 
 def _seed(url: str) -> None:
@@ -52,6 +68,11 @@ async def test_tools_listed_and_search_answers_hits(minilm_settings: Settings) -
     by_name = {t.name: t for t in tools.tools}
     assert set(by_name) == {"search", "list_collections"}
     assert set(by_name["search"].input_schema["required"]) == {"collection", "query"}
+    assert {name: p["description"] for name, p in by_name["search"].input_schema["properties"].items()} == SEARCH_PARAMS
+    assert by_name["search"].input_schema["properties"]["top_k"] | {"description": ""} == {
+        "type": "integer", "minimum": 1, "maximum": 200, "default": 5, "title": "Top K", "description": ""}
+    assert {name: t.annotations.model_dump(by_alias=True, exclude_none=True)  # type: ignore[union-attr]
+            for name, t in by_name.items()} == {name: READ_ONLY for name in by_name}
     assert listed.is_error is False
     assert listed.structured_content == {"collections": [
         {"name": "kb", "points": 2, "dimensions": DIM, "model": "sentence-transformers/all-MiniLM-L6-v2"}]}
@@ -70,17 +91,30 @@ async def test_tools_listed_and_search_answers_hits(minilm_settings: Settings) -
     assert too_many.content[0].text.startswith("Error executing tool search: top_k_too_large: ")
 
 
-@pytest.mark.parametrize("key", [None, "wrong-key-0123456789abcdef"])
-def test_mcp_needs_a_key(minilm_settings: Settings, key: str | None) -> None:
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+MISSING = "missing API key: send 'Authorization: Bearer <key>'"
+WRONG = "wrong API key: this server holds no such key; send 'Authorization: Bearer <key>' with one it issued"
+
+
+@pytest.mark.parametrize(("key", "code", "message"), [
+    (None, "missing_api_key", MISSING), ("wrong-key-0123456789abcdef", "invalid_api_key", WRONG)])
+async def test_a_missing_or_wrong_key_reaches_the_user_in_words(
+    minilm_settings: Settings, key: str | None, code: str, message: str,
+) -> None:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     with live_server(minilm_settings) as url:
-        r = httpx.post(f"{url}/mcp", headers=headers, json=initialize)
-        ok = httpx.post(f"{url}/mcp", headers={**headers, "Authorization": f"Bearer {API_KEY}"}, json=initialize)
-    assert r.status_code == 401
-    assert r.headers["WWW-Authenticate"] == "Bearer"
-    assert r.json()["error"]["code"] == ("missing_api_key" if key is None else "invalid_api_key")
-    assert ok.status_code == 200 and ok.json()["result"]["serverInfo"]["name"] == "ragserve"
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=120) as http,
+            streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            with pytest.raises(MCPError) as refused:
+                await session.initialize()
+            raw = await http.post(f"{url}/mcp", headers={"Accept": "application/json, text/event-stream"},
+                                  json={"jsonrpc": "2.0", "id": 1, "method": "ping"})  # the body it carried
+    assert str(refused.value) == message  # what an MCP client prints
+    assert (refused.value.code, refused.value.data) == (-32001, {"error": {
+        "type": "authentication_error", "code": code, "message": message}})
+    assert raw.status_code == 401 and raw.headers["WWW-Authenticate"] == "Bearer"
+    assert raw.json() == {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32001, "message": message, "data": {"error": {
+            "type": "authentication_error", "code": code, "message": message}}}}

@@ -17,7 +17,7 @@ def test_building_the_server_leaves_the_root_logger_as_it_was() -> None:
     root.handlers[:] = []  # as in `ragserve demo`: nothing configured yet (pytest's own handlers set aside)
     root.setLevel(logging.WARNING)
     try:
-        build_server()
+        build_server(max_top_k=200)
         assert (root.handlers, root.level) == ([], logging.WARNING)
     finally:
         root.handlers[:] = saved[0]
