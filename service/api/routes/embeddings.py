@@ -3,14 +3,14 @@ stays on loopback)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
+from pydantic import ValidationError
 
 from service.api.deps import ApiKey, ServicesDep
 from service.api.json_body import JsonRoute
 from service.api.schemas.embeddings import EmbeddingsRequest, EmbeddingsResponse
 from service.api.schemas.errors import error_responses
+from service.clients.errors import UpstreamError
 from service.errors import InvalidInput, PayloadTooLarge
 
 router = APIRouter(prefix="/v1", tags=["runners"], dependencies=[ApiKey], responses=error_responses(502),
@@ -19,7 +19,7 @@ router = APIRouter(prefix="/v1", tags=["runners"], dependencies=[ApiKey], respon
 
 @router.post("/embeddings", summary="OpenAI-compatible embeddings from the embedding runner",
              response_model=EmbeddingsResponse)
-async def embeddings(body: EmbeddingsRequest, services: ServicesDep) -> Any:
+async def embeddings(body: EmbeddingsRequest, services: ServicesDep) -> EmbeddingsResponse:
     """An input longer than the embedding model's window is cut to it (``truncate: END``, the default) or
     refused with a 422 ``input_too_long`` that names it (``truncate: NONE``)."""
     texts = body.texts()
@@ -38,4 +38,9 @@ async def embeddings(body: EmbeddingsRequest, services: ServicesDep) -> Any:
     upstream["truncate_prompt_tokens"] = services.embedder.truncate_tokens
     if body.dimensions == services.embedder.model.dimensions:
         upstream.pop("dimensions")
-    return await services.embedder.passthrough(upstream)
+    answer = await services.embedder.passthrough(upstream)
+    try:  # the runner's answer, checked here: a shape it should not have is its fault (502), not ragserve's (500)
+        return EmbeddingsResponse.model_validate(answer)
+    except ValidationError as exc:
+        raise UpstreamError(services.embedder.runner.name,
+                            "its /v1/embeddings answer is not OpenAI's embeddings shape") from exc

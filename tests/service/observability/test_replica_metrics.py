@@ -32,7 +32,11 @@ async def test_each_replica_has_its_series(tmp_path: Path) -> None:
         await eventually(lambda: fake[B].in_flight == 1)
         text = (await client.get("/metrics")).text
         fake[B].hold.set()
-        assert (await held).status_code == 200
+        answered = await held
+    # B answered 200 with the fake's echo, not an embedding: the route checks the runner's answer, so a 502 that
+    # says so (not a 500); the metrics below were read while the call was still held at B
+    assert answered.status_code == 502
+    assert answered.json()["error"]["code"] == "bad_upstream_response"
     got = samples(text)
     a = (("replica", f"http://{A}"), ("runner", "embedding"))
     b = (("replica", f"http://{B}"), ("runner", "embedding"))
