@@ -30,6 +30,8 @@ class Call:
     texts: list[str]
     answered: float | None = None
     """When the runner's answer was handed back (None: held, or never)."""
+    status: int | None = None
+    """The runner's status for it (None: no answer came back from the runner)."""
 
 
 @dataclass
@@ -75,6 +77,7 @@ def _app(proxy: EmbedProxy, upstream: str) -> Starlette:
         if call is not None and proxy.hold_from is not None and index >= proxy.hold_from:
             await asyncio.to_thread(proxy._gate.wait)
         if call is not None:
+            call.status = answer.status_code
             call.answered = time.monotonic()
         return Response(answer.content, status_code=answer.status_code,
                         headers={"content-type": answer.headers.get("content-type", "application/json")})
