@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 
-def _tcp_inodes(*, local_port: int | None = None, remote_port: int | None = None) -> set[str]:
+def _tcp_inodes(*, local_port: int | None = None, remote_port: int | None = None, every: bool = False) -> set[str]:
     inodes = set()
     for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
         if not Path(table).exists():
@@ -18,7 +18,8 @@ def _tcp_inodes(*, local_port: int | None = None, remote_port: int | None = None
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
             local, remote, inode = int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16), fields[9]
-            if (local_port is not None and local == local_port) or (remote_port is not None and remote == remote_port):
+            if every or (local_port is not None and local == local_port) or (remote_port is not None
+                                                                             and remote == remote_port):
                 inodes.add(inode)
     return inodes
 
@@ -34,10 +35,18 @@ def _links() -> dict[str, str]:
 
 
 def open_descriptors(*, server_port: int) -> int:
-    """Open descriptors, without the in-process server's sockets (those bound locally to ``server_port``)."""
+    """The descriptors a client of ``server_port`` and its event loops can leave open: its TCP connections to
+    that port, event-loop selectors (epoll) and non-TCP sockets (a loop's self-pipe socketpair). Left out: the
+    in-process server's own sockets (bound locally to ``server_port``), the app's TCP connections to its runners
+    and its data files, which the app opens and closes in its own time (a runner connection's keep-alive ends
+    when it ends: counting it made an exact count depend on the machine's load)."""
     links = _links()
-    servers = {f"socket:[{inode}]" for inode in _tcp_inodes(local_port=server_port)}
-    return sum(1 for target in links.values() if target not in servers)
+    tcp = _tcp_inodes(every=True)
+    clients = {f"socket:[{inode}]" for inode in _tcp_inodes(remote_port=server_port)}
+    tcp_links = {f"socket:[{inode}]" for inode in tcp}
+    return sum(1 for target in links.values()
+               if target in clients or target == "anon_inode:[eventpoll]"
+               or (target.startswith("socket:[") and target not in tcp_links))
 
 
 def connections_to(port: int) -> int:
