@@ -158,6 +158,8 @@ class Pipeline:
                     self._error(job, doc_id, "no text to index")
                     await self.queue.mark_documents(job, {doc_id: "failed"})
                     continue
+                if batch and batch_tokens + work.tokens > cfg.batch_tokens:
+                    await flush()  # a batch of short documents is one request: this one would overflow it
                 batch.append(work)
                 batch_tokens += work.tokens
                 if batch_tokens >= cfg.batch_tokens:
@@ -245,12 +247,14 @@ class Pipeline:
         return (fetch(url) for url in source.urls), len(source.urls)
 
     async def _write_batch(self, job: Job, info: CollectionInfo, source: str, work: list[DocWork],
-                           tenant: Tenant | None, lease: Lease) -> None:
+                           tenant: Tenant | None, lease: Lease, known: dict[str, list[float]] | None = None) -> None:
         """Embed and write whole documents; a batch that still fails after its tries is split in halves
-        and retried, so one bad document never takes its batch-mates down with it."""
+        and retried, so one bad document never takes its batch-mates down with it. ``known`` holds the vectors
+        the runner already delivered for this batch's texts: a retry or a half never embeds them again."""
+        known = {} if known is None else known
         with stage("index_batch", collection=job.collection, job=job.id, documents=len(work),
                    chunks=sum(len(w.chunks) for w in work), tokens=sum(w.tokens for w in work)) as span:
-            error = await self._try_write(job, info, source, work, tenant, lease)
+            error = await self._try_write(job, info, source, work, tenant, lease, known)
             span.set_attribute("ragserve.failed", error is not None)
         if error is None:
             job.counts.documents_indexed += len(work)
@@ -260,8 +264,8 @@ class Pipeline:
             return
         if len(work) > 1:
             mid = len(work) // 2
-            await self._write_batch(job, info, source, work[:mid], tenant, lease)
-            await self._write_batch(job, info, source, work[mid:], tenant, lease)
+            await self._write_batch(job, info, source, work[:mid], tenant, lease, known)
+            await self._write_batch(job, info, source, work[mid:], tenant, lease, known)
             return
         (w,) = work
         log.warning("document %s failed: %s", w.doc.doc_id, error.message)
@@ -272,11 +276,13 @@ class Pipeline:
 
     async def _try_write(
         self, job: Job, info: CollectionInfo, source: str, work: list[DocWork], tenant: Tenant | None,
-        lease: Lease,
+        lease: Lease, known: dict[str, list[float]],
     ) -> RagserveError | None:
         """The lease is checked right before the embedding request and right before each store write, with
         no ``await`` between the check and the call: a worker that lost its lease (or stalled past it, which
-        its monotonic clock shows however its wake-up events are ordered) sends neither."""
+        its monotonic clock shows however its wake-up events are ordered) sends neither. A try embeds only the
+        texts no earlier try got vectors for (a failed store write, or one failed request of several, costs
+        no embedding again)."""
         attempts = self.settings.indexer.batch_attempts
         texts = [c.text for w in work for c in w.chunks]
         tokens = [c.tokens for w in work for c in w.chunks]
@@ -285,7 +291,7 @@ class Pipeline:
                 lease.check()
                 started = time.perf_counter()
                 with stage("embed", collection=job.collection, attempt=attempt + 1, chunks=len(texts)):
-                    vectors = await self._embed(texts, tokens, info.dimensions)
+                    vectors = await self._embed(texts, tokens, info.dimensions, known)
                 job.embed_seconds += time.perf_counter() - started
                 ns = tenant.namespace if tenant is not None else None
                 chunks = [
@@ -303,15 +309,24 @@ class Pipeline:
             except RagserveError as exc:
                 if attempt == attempts - 1:
                     return exc
+                log.warning("batch of %d document(s) failed (try %d of %d), trying again: %s", len(work),
+                            attempt + 1, attempts, exc.message)
                 await asyncio.sleep(min(0.5 * 2**attempt, 10.0))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _embed(self, texts: list[str], tokens: list[int], dims: int) -> list[list[float]]:
-        """One request per ``batch_tokens`` of chunks (a long document may need several), concurrently."""
-        groups: list[list[str]] = [[]]
+    async def _embed(self, texts: list[str], tokens: list[int], dims: int,
+                     known: dict[str, list[float]]) -> list[list[float]]:
+        """Vectors for ``texts``: those not in ``known`` go in one request per ``batch_tokens`` (a long document
+        may need several), concurrently. Every request that succeeds adds its vectors to ``known`` even when a
+        sibling fails, and the sibling's error is raised once all have ended."""
+        groups: list[list[str]] = []
         budget = 0
+        wanted: set[str] = set()
         for text, n in zip(texts, tokens, strict=True):
-            if groups[-1] and budget + n > self.settings.indexer.batch_tokens:
+            if text in known or text in wanted:
+                continue
+            wanted.add(text)
+            if not groups or budget + n > self.settings.indexer.batch_tokens:
                 groups.append([])
                 budget = 0
             groups[-1].append(text)
@@ -320,8 +335,14 @@ class Pipeline:
         # that is down (restarting) is waited for, within the batch timeout, instead of failing documents.
         results = await asyncio.gather(*(
             self.embedder.embed_batch(g, dimensions=dims, lane="bulk", wait_while_down=True) for g in groups
-        ))
-        return [v for r in results for v in r]
+        ), return_exceptions=True)
+        for group, result in zip(groups, results, strict=True):
+            if not isinstance(result, BaseException):
+                known.update(zip(group, result, strict=True))
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return [known[t] for t in texts]
 
     @staticmethod
     def _error(job: Job, item: str, error: str) -> None:

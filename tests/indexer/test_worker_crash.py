@@ -149,7 +149,9 @@ async def test_sigkill_mid_job_then_restart_indexes_everything_once(runners: Run
     first_texts, second_texts = embedded(before), embedded(after)
     assert max(first_texts.values()) == 1 and max(second_texts.values()) == 1, (
         "a text embedded twice in one run (text, the statuses of the calls that carried it): "
-        f"{twice(before, first_texts)[:3]} {twice(after, second_texts)[:3]}")
+        f"{twice(before, first_texts)[:3]} {twice(after, second_texts)[:3]}; calls not answered 200 (status, "
+        f"texts): {[(c.status, len(c.texts)) for c in calls if c.status != 200]}; the log's warnings: "
+        f"{[line for line in log.read_text().splitlines() if ' WARNING ' in line or ' ERROR ' in line][-10:]}")
     first_docs, second_docs = {doc_of(t) for t in first_texts}, {doc_of(t) for t in second_texts}
     assert first_docs | second_docs == set(texts) | {"long.txt"}  # every document embedded
     assert not second_docs & recorded_at_kill, "a document recorded before the kill was embedded again"
