@@ -1,6 +1,7 @@
 """Several runner replicas at the network edge (one ``httpx.MockTransport``), each by its ``host:port``.
 
-Each replica can be up, refusing connections (``down``), dropping connections mid-request (``drop``),
+Each replica answers an embeddings request (one with ``input``) in vLLM's shape and anything else with an echo;
+it can be up, refusing connections (``down``), dropping connections mid-request (``drop``),
 failing its ``/health`` only (``sick``), or holding its answers until released; every request served is
 recorded with the replica that served it. Their delays and stalls pass on the ``clock`` the client under test
 runs on (a :class:`~tests.support.clock.ManualClock` in the pool's tests), so the test decides when they end.
@@ -95,7 +96,20 @@ class FakeReplicas:
             raise httpx.RemoteProtocolError("server disconnected without sending a response", request=request)
         self.served.append((address, path))
         body = json.loads(request.content or b"{}")
+        if replica.status == 200 and path == "/v1/embeddings" and "input" in body:
+            return httpx.Response(200, json=_embeddings(address, body))
         return httpx.Response(replica.status, json={"replica": address, "echo": body})
+
+
+def _embeddings(address: str, body: dict[str, object]) -> dict[str, object]:
+    """vLLM's answer to an embeddings request (float vectors of ``dimensions``, 384 when not asked: MiniLM's),
+    with the replica that served it beside it, as the pool's tests read it."""
+    raw = body["input"]
+    texts = [raw] if isinstance(raw, str) else list(raw)  # type: ignore[call-overload]
+    dims = int(body.get("dimensions") or 384)  # type: ignore[call-overload]
+    data = [{"object": "embedding", "index": i, "embedding": [1.0] + [0.0] * (dims - 1)} for i in range(len(texts))]
+    return {"id": f"embd-{address}", "object": "list", "model": str(body.get("model", "")), "data": data,
+            "usage": {"prompt_tokens": len(texts), "total_tokens": len(texts)}, "replica": address}
 
 
 async def eventually(condition: Callable[[], bool], timeout_s: float | None = None) -> None:

@@ -4,6 +4,7 @@ stays on loopback)."""
 from __future__ import annotations
 
 from fastapi import APIRouter
+from fastapi.responses import Response
 from pydantic import ValidationError
 
 from service.api.deps import ApiKey, ServicesDep
@@ -19,7 +20,7 @@ router = APIRouter(prefix="/v1", tags=["runners"], dependencies=[ApiKey], respon
 
 @router.post("/embeddings", summary="OpenAI-compatible embeddings from the embedding runner",
              response_model=EmbeddingsResponse)
-async def embeddings(body: EmbeddingsRequest, services: ServicesDep) -> EmbeddingsResponse:
+async def embeddings(body: EmbeddingsRequest, services: ServicesDep) -> Response:
     """An input longer than the embedding model's window is cut to it (``truncate: END``, the default) or
     refused with a 422 ``input_too_long`` that names it (``truncate: NONE``)."""
     texts = body.texts()
@@ -40,7 +41,10 @@ async def embeddings(body: EmbeddingsRequest, services: ServicesDep) -> Embeddin
         upstream.pop("dimensions")
     answer = await services.embedder.passthrough(upstream)
     try:  # the runner's answer, checked here: a shape it should not have is its fault (502), not ragserve's (500)
-        return EmbeddingsResponse.model_validate(answer)
+        checked = EmbeddingsResponse.model_validate(answer)
     except ValidationError as exc:
         raise UpstreamError(services.embedder.runner.name,
                             "its /v1/embeddings answer is not OpenAI's embeddings shape") from exc
+    # Sent as checked: returning the model would have FastAPI validate every vector again against
+    # response_model (which stays, for the OpenAPI document).
+    return Response(checked.model_dump_json(by_alias=True), media_type="application/json")

@@ -37,9 +37,8 @@ def _reranker(services: Services) -> RerankClient:
     return services.reranker
 
 
-async def _rank(services: Services, query: str, texts: Sequence[str], *, instruction: str | None,
-                max_tokens_per_doc: int | None = None) -> Ranking:
-    reranker = _reranker(services)
+async def _rank(services: Services, reranker: RerankClient, query: str, texts: Sequence[str], *,
+                instruction: str | None, max_tokens_per_doc: int | None = None) -> Ranking:
     limits = services.settings.limits
     if len(texts) > limits.max_rerank_candidates:
         raise PayloadTooLarge(f"over {limits.max_rerank_candidates} documents", code="too_many_documents",
@@ -60,9 +59,9 @@ def _request_id() -> str:
 @router.post("/v1/rerank", summary="Cohere-compatible rerank (API v1) with the profile's reranker",
              response_model=RerankResponse, response_model_exclude_none=True)
 async def rerank_v1(body: RerankRequest, services: ServicesDep) -> RerankResponse:
-    _reranker(services)
+    reranker = _reranker(services)  # a deployment without one says so before any field is judged
     body.check_supported()
-    ranking = await _rank(services, body.query, body.texts(), instruction=body.instruction)
+    ranking = await _rank(services, reranker, body.query, body.texts(), instruction=body.instruction)
     results = [
         RerankV1Result(index=r.index, relevance_score=r.score,
                        document=body.returned(r.index) if body.return_documents else None)
@@ -74,9 +73,9 @@ async def rerank_v1(body: RerankRequest, services: ServicesDep) -> RerankRespons
 @router.post("/v2/rerank", summary="Cohere-compatible rerank (API v2) with the profile's reranker",
              response_model=RerankV2Response, response_model_exclude_none=True)
 async def rerank_v2(body: RerankV2Request, services: ServicesDep) -> RerankV2Response:
-    _reranker(services)
+    reranker = _reranker(services)
     body.check_supported()
-    ranking = await _rank(services, body.query, body.documents, instruction=body.instruction,
+    ranking = await _rank(services, reranker, body.query, body.documents, instruction=body.instruction,
                           max_tokens_per_doc=body.max_tokens_per_doc)
     results = [RerankResult(index=r.index, relevance_score=r.score) for r in ranking.results[: body.top_n]]
     return RerankV2Response(id=_request_id(), results=results, meta=_meta("2", ranking))

@@ -4,10 +4,14 @@ an over-length input gets (``truncate``: END cuts it to the window, NONE refuses
 from __future__ import annotations
 
 import math
+from pathlib import Path
+
+import httpx
 
 from service.config import Settings
 from tests.support.app import app_client
 from tests.support.recording import RecordingTransport
+from tests.support.scripted_embed import scripted_settings
 
 WINDOW = 2048  # the tiny runners' --max-model-len (tests/conftest.py)
 LONG = "espresso crema " * 1500
@@ -72,3 +76,18 @@ async def test_token_ids_and_empty_inputs_are_told_why(minilm_settings: Settings
     for r in answers:
         assert "functools" not in r.text and " at 0x" not in r.text and "function-after" not in r.text, r.text
     assert recorder.exchanges == []
+
+
+async def test_a_runner_answer_of_the_wrong_shape_is_a_502_that_says_so(tmp_path: Path) -> None:
+    """The fault at the network edge: a runner that answers 200 with no vectors in its data."""
+
+    def runner(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        return httpx.Response(200, json={"object": "list", "data": [{"index": 0}], "model": "m", "usage": {}})
+
+    async with app_client(scripted_settings(tmp_path), transports={"embedding": httpx.MockTransport(runner)}) as client:
+        r = await client.post("/v1/embeddings", json={"input": "hello"})
+    assert r.status_code == 502, r.text
+    assert r.json()["error"] == {"type": "upstream_error", "code": "bad_upstream_response",
+                                 "message": "embedding runner: its /v1/embeddings answer is not OpenAI's embeddings shape"}
