@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 from qdrant_client import AsyncQdrantClient
 
+from service.profiles import QWEN3
 from tests.support.app import app_client
 from tests.support.scripted_embed import ScriptedEmbedder, scripted_settings, vector
+from tests.support.scripted_runner import ScriptedRunner
+from tests.support.scripted_runner import scripted_settings as scripted_runner_settings
 
 DOCS = [
     {"id": "boot", "text": "The device fails to boot after the firmware update."},
@@ -108,3 +111,30 @@ async def test_a_hybrid_query_of_stop_words_only_has_no_bm25_scores(tmp_path: Pa
     hits = r.json()["hits"]
     assert [(h["dense_score"], h["bm25_score"]) for h in hits] == [(h["vector_score"], None) for h in hits]
     assert [h["dense_score"] for h in hits] == pytest.approx([_cosine(h["text"], STOP_WORDS) for h in hits], abs=TOL)
+
+
+async def test_a_reranked_hybrid_hit_keeps_its_rerank_score_beside_the_mode_scores(tmp_path: Path) -> None:
+    """The reranker orders the hits (``score`` is its score); the fused, dense and BM25 scores are still the
+    engine's, for exactly the hits returned."""
+    runner = ScriptedRunner(dimensions=QWEN3.embedding.dimensions)
+    rerank = {d["text"]: 0.1 * (i + 1) for i, d in enumerate(DOCS)}  # the last document first
+    runner.rerank_score = lambda query, text: rerank[text]
+    settings = scripted_runner_settings(tmp_path, profile="qwen3")
+    settings.qdrant.edge_process = False
+    async with app_client(settings, transports=runner.transports) as client:
+        assert (await client.post("/v1/collections", json={"name": "kb"})).status_code == 201
+        assert (await client.post("/v1/collections/kb/documents", json={"documents": DOCS})).status_code == 200
+        reranked = await _search(client, mode="hybrid", score_details=True, top_k=4)
+        fused = await _search(client, mode="hybrid", rerank={"enabled": False})
+        dense = await _search(client, mode="dense", rerank={"enabled": False})
+        sparse = await _search(client, mode="sparse", rerank={"enabled": False})
+    assert reranked["reranked"] is True
+    assert [h["doc_id"] for h in reranked["hits"]] == ["tea", "fox", "chart", "loader"]
+    by_id = {name: {h["id"]: h["vector_score"] for h in r["hits"]} for name, r in
+             (("fused", fused), ("dense", dense), ("sparse", sparse))}
+    for hit in reranked["hits"]:
+        assert hit["score"] == hit["rerank_score"] == pytest.approx(rerank[hit["text"]])
+        assert hit["vector_score"] == pytest.approx(by_id["fused"][hit["id"]], abs=TOL)
+        assert hit["dense_score"] == pytest.approx(by_id["dense"][hit["id"]], abs=TOL)
+        assert hit["bm25_score"] == (None if hit["doc_id"] in NO_TERM else pytest.approx(by_id["sparse"][hit["id"]],
+                                                                                         abs=TOL))
