@@ -246,10 +246,15 @@ class ClientBase:
                filter: Mapping[str, Any] | None = None, mode: Mode | None = None,
                fusion: Literal["rrf", "dbsf"] | None = None, rerank: bool | None = None,
                rerank_candidates: int | None = None, rerank_instruction: str | None = None,
-               instruction: str | None = None, image: ImageArg | None = None) -> Operation[SearchResult]:
+               instruction: str | None = None, image: ImageArg | None = None,
+               score_details: bool = False) -> Operation[SearchResult]:
         """Ranked chunks for a query, an image, or both. ``rerank`` None: the server's default (on when it
-        has a reranker). An image as a URL goes as ``image.url``; bytes or a Path are uploaded."""
+        has a reranker). An image as a URL goes as ``image.url``; bytes or a Path are uploaded.
+        ``score_details``: each hit also carries ``dense_score`` and ``bm25_score`` (in a hybrid search, two
+        more engine queries on the server)."""
         body: dict[str, Any] = {"collection": collection, "top_k": top_k}
+        if score_details:  # sent only when asked: a server before it refuses unknown fields
+            body["score_details"] = True
         options = {"query": query, "filter": dict(filter) if filter else None, "mode": mode, "fusion": fusion,
                    "instruction": instruction}
         body.update({k: v for k, v in options.items() if v is not None})

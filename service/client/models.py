@@ -95,6 +95,11 @@ class SearchHit(_Model):
     score: float
     vector_score: float
     rerank_score: float | None = None
+    dense_score: float | None = None
+    """With ``search(..., score_details=True)``: the hit's cosine similarity (None in a sparse search)."""
+    bm25_score: float | None = None
+    """With ``score_details=True``: the hit's BM25 score; None in a dense search or where the hit shares no term
+    with the query."""
 
     def as_metadata(self, collection: str) -> dict[str, Any]:
         """The hit's own metadata plus where it came from and how it scored (for framework documents)."""

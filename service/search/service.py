@@ -16,7 +16,7 @@ from service.observability.tracing import stage
 from service.sparse.normalisation import encoder
 from service.store.base import VectorStore
 from service.store.tenancy import Tenant, read_scope
-from service.store.types import Filter, Fusion, Hit, both
+from service.store.types import Filter, Fusion, Hit, SparseVector, both
 
 DEFAULT_RERANK_CANDIDATES = 30
 StageObserver = Callable[[str, float], None]
@@ -27,6 +27,11 @@ class RankedHit:
     hit: Hit
     score: float
     rerank_score: float | None
+    dense_score: float | None = None
+    """With ``score_details``: the hit's cosine similarity (None in a sparse search)."""
+    bm25_score: float | None = None
+    """With ``score_details``: the hit's BM25 score; None in a dense search, or where the hit shares no term with
+    the query."""
 
 
 @dataclass
@@ -54,6 +59,9 @@ class SearchQuery:
     """rrf or dbsf for hybrid; None: the configured default."""
     tenant: Tenant | None = None
     """The searching key's tenant: hits come from its chunks only, BM25 counts over its chunks only."""
+    score_details: bool = False
+    """Report each hit's dense and BM25 scores beside the fused one: a hybrid search then asks the store for
+    them (two more engine queries, restricted to the hits returned), so it is asked for, not always paid."""
 
 
 class SearchService:
@@ -131,8 +139,26 @@ class SearchService:
             ranked = [RankedHit(hits[s.index], s.score, s.score) for s in scores[: q.top_k]]
         else:
             ranked = [RankedHit(h, h.score, None) for h in hits[: q.top_k]]
+        if q.score_details:
+            ranked = await self._mode_scores(q, mode, ranked, dense, sparse, scope, timings)
         timings["total"] = round((time.perf_counter() - started) * 1000, 3)
         return SearchResult(hits=ranked, reranked=rerank, mode=mode, timings_ms=timings)
+
+    async def _mode_scores(self, q: SearchQuery, mode: str, ranked: list[RankedHit], dense: list[float] | None,
+                           sparse: SparseVector | None, scope: Filter | None,
+                           timings: dict[str, float]) -> list[RankedHit]:
+        """``ranked`` with each hit's dense and BM25 scores. A one-mode search already has its one score (the
+        engine's); a fused one asks the store for both, over the same IDF corpus as the fused query."""
+        if dense is not None and sparse is not None:
+            t = time.perf_counter()
+            with stage("score_details", collection=q.collection, mode=mode, hits=len(ranked)):
+                scores = await self.store.mode_scores(q.collection, [r.hit.id for r in ranked], dense=dense,
+                                                      sparse=sparse, idf_corpus=scope)
+            timings["score_details"] = self._stage("score_details", t)
+            return [replace(r, dense_score=scores[r.hit.id].dense, bm25_score=scores[r.hit.id].bm25) for r in ranked]
+        if dense is not None:  # dense mode, or hybrid with a query of stop-words only (no BM25 query at all)
+            return [replace(r, dense_score=r.hit.score) for r in ranked]
+        return [replace(r, bm25_score=r.hit.score) for r in ranked]
 
     def _stage(self, stage: str, started: float) -> float:
         seconds = time.perf_counter() - started

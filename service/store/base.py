@@ -24,8 +24,10 @@ from service.store.types import (
     DocState,
     Filter,
     Fusion,
+    HasId,
     Hit,
     MatchAny,
+    ModeScores,
     SparseVector,
     both,
     doc_filter,
@@ -160,6 +162,27 @@ class VectorStore(ABC):
         return await self.scroll_states(
             name, both(doc_filter(source=source, doc_ids=list(doc_ids) if doc_ids is not None else None), scope)
         )
+
+    async def mode_scores(
+        self, name: str, ids: Sequence[str], *, dense: Sequence[float], sparse: SparseVector,
+        idf_corpus: Filter | None = None,
+    ) -> dict[str, ModeScores]:
+        """The dense and the BM25 score of the points ``ids`` (a fused query's hits), each as a dense-only and
+        a sparse-only query would score it: the engine fuses inside one call and returns only the fused score,
+        so this asks it twice more, restricted to those points. ``idf_corpus`` must be the fused query's, so that
+        BM25 counts document frequencies over the same points (a filter on the query does not change them, the
+        corpus does). A point the BM25 query does not match (no term in common) is not returned by the engine:
+        its ``bm25`` is None, not 0."""
+        if not ids:
+            return {}
+        only = Filter(must=(HasId(tuple(ids)),))
+        dense_hits, sparse_hits = await asyncio.gather(
+            self.query(name, dense=dense, limit=len(ids), query_filter=only),
+            self.query(name, sparse=sparse, limit=len(ids), query_filter=only, idf_corpus=idf_corpus),
+        )
+        cosine = {h.id: h.score for h in dense_hits}
+        bm25 = {h.id: h.score for h in sparse_hits}
+        return {i: ModeScores(dense=cosine.get(i), bm25=bm25.get(i)) for i in ids}
 
     async def search(self, name: str, vector: Sequence[float], *, limit: int,
                      query_filter: Filter | None = None) -> list[Hit]:

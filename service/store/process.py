@@ -43,7 +43,7 @@ import numpy as np
 from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore
 from service.store.errors import StoreError
-from service.store.types import Chunk, CollectionInfo, DocState, Filter, Fusion, Hit, SparseVector
+from service.store.types import Chunk, CollectionInfo, DocState, Filter, Fusion, Hit, ModeScores, SparseVector
 
 log = logging.getLogger("ragserve.store")
 
@@ -392,6 +392,14 @@ class ProcessStore(VectorStore):
     ) -> list[Hit]:
         return await self._run("query", name, dense=list(dense) if dense is not None else None, sparse=sparse,
                                limit=limit, query_filter=query_filter, fusion=fusion, idf_corpus=idf_corpus)
+
+    async def mode_scores(
+        self, name: str, ids: Sequence[str], *, dense: Sequence[float], sparse: SparseVector,
+        idf_corpus: Filter | None = None,
+    ) -> dict[str, ModeScores]:
+        # One round trip: the child asks its engine both queries.
+        return await self._run("mode_scores", name, list(ids), dense=list(dense), sparse=sparse,
+                               idf_corpus=idf_corpus)
 
     async def count(self, name: str, where: Filter | None = None) -> int:
         return await self._run("count", name, where)

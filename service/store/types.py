@@ -152,6 +152,15 @@ class Hit:
 
 
 @dataclass(frozen=True)
+class ModeScores:
+    """A fused hit's score in each query that was fused, from the engine: ``dense`` its cosine similarity,
+    ``bm25`` its BM25 score, None where that query does not match the point (BM25: no term in common)."""
+
+    dense: float | None
+    bm25: float | None
+
+
+@dataclass(frozen=True)
 class Fusion:
     """How dense and sparse candidates are fused: RRF (rank-based; ``k`` and per-list ``weights``) or
     DBSF (distribution-based score normalisation)."""

@@ -112,12 +112,13 @@ async def run_search(body: SearchRequest, image: ImageInput | None, services: Se
             mode=body.mode,
             fusion=body.fusion,
             tenant=principal.tenant,
+            score_details=body.score_details,
         )
     )
     hits = [
         SearchHit(rank=i + 1, id=r.hit.id, doc_id=r.hit.doc_id, chunk_index=r.hit.chunk_index, text=r.hit.text,
                   metadata=r.hit.metadata, location=r.hit.location, score=r.score, vector_score=r.hit.score,
-                  rerank_score=r.rerank_score)
+                  rerank_score=r.rerank_score, dense_score=r.dense_score, bm25_score=r.bm25_score)
         for i, r in enumerate(result.hits)
     ]
     if image is not None:

@@ -45,6 +45,11 @@ class SearchRequest(RequestModel):
     fusion: Literal["rrf", "dbsf"] | None = Field(
         None, description="Fusion for hybrid: reciprocal rank (default) or distribution-based score fusion."
     )
+    score_details: bool = Field(
+        False, description="Also report each hit's `dense_score` and `bm25_score`. For a hybrid search the store "
+        "scores the returned hits once more in each mode (two more engine queries, so it is off by default); a "
+        "dense or sparse search just copies its one score.",
+    )
 
 
 class SearchHit(BaseModel):
@@ -62,6 +67,14 @@ class SearchHit(BaseModel):
         description="Score from Qdrant: cosine (dense), BM25 (sparse) or the fused score (hybrid)."
     )
     rerank_score: float | None = Field(None, description="Reranker relevance in (0, 1), when reranked.")
+    dense_score: float | None = Field(
+        None, description="With `score_details`: cosine similarity of the query's embedding and the chunk's, as a "
+        "dense search scores it; null in a sparse search or without `score_details`.",
+    )
+    bm25_score: float | None = Field(
+        None, description="With `score_details`: the chunk's BM25 score for the query, as a sparse search scores it; "
+        "null where the chunk shares no term with the query, in a dense search, or without `score_details`.",
+    )
 
 
 class ImageInfo(BaseModel):
@@ -83,5 +96,6 @@ class SearchResponse(BaseModel):
     mode: str = Field(description="The retrieval mode used: dense, sparse or hybrid.")
     hits: list[SearchHit]
     timings_ms: dict[str, float] = Field(
-        description="Milliseconds per stage: image, image_query (with an image), embed, search, rerank, total."
+        description="Milliseconds per stage: image, image_query (with an image), embed, search, rerank, "
+        "score_details (hybrid, when asked), total."
     )

@@ -154,6 +154,8 @@ CONGRUENCE = [
     ("SearchRequest", SearchRequest, _search(mode="fuzzy")),
     ("SearchRequest", SearchRequest, _search(unknown=1)),
     ("SearchRequest", SearchRequest, _search(rerank={"enabled": False, "top_n": 5})),
+    ("SearchRequest", SearchRequest, _search(score_details=True)),
+    ("SearchRequest", SearchRequest, _search(score_details="true")),
     ("DocumentsUpsert", DocumentsUpsert, _docs()),
     ("DocumentsUpsert", DocumentsUpsert, _docs(id="")),
     ("DocumentsUpsert", DocumentsUpsert, _docs(id="a\nb")),

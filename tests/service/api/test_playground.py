@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import numpy as np
 import pytest
 
 from service.config import Settings
+from tests.support import scripted_embed
 from tests.support.app import API_KEY, app_client
 from tests.support.browser import artifacts_dir, chromium
 from tests.support.images import raster
@@ -178,8 +180,11 @@ async def _search(page: Page, api: httpx.AsyncClient, mode: str, fusion: str, re
         in_text = [m.group(0) for m in re.finditer(rf"\b(?:{'|'.join(TERMS)})\b", api_hit["text"], re.I)]
         assert hit["marks"] == in_text  # exactly the query's terms, every occurrence, nothing else
         assert set(hit["elements"]) <= {"MARK"}  # untrusted text became text, not elements
-        assert hit["scores"] == {"score": _score(api_hit["score"]), "vector_score": _score(api_hit["vector_score"]),
-                                 "rerank_score": _score(api_hit["rerank_score"])}
+        scores = {"score": _score(api_hit["score"]), "vector_score": _score(api_hit["vector_score"]),
+                  "rerank_score": _score(api_hit["rerank_score"])}
+        if expected["mode"] == "hybrid":  # the page asks for score_details: the fused hit's dense and BM25 scores
+            scores |= {"dense_score": _score(api_hit["dense_score"]), "bm25_score": _score(api_hit["bm25_score"])}
+        assert hit["scores"] == scores
         assert hit["location"] == _location_shown(api_hit["location"])
     timings = await page.eval_on_selector_all(
         "#timings [data-stage]", "ds => ds.map(d => [d.dataset.stage, d.querySelector('dd').textContent])")
@@ -504,3 +509,84 @@ async def test_a_streamed_answer_grows_on_screen_event_by_event(tmp_path: Path, 
         assert errors == []
         await page.close()
     assert all(a == f"Bearer {API_KEY}" for u, a in keyed if "/v1/" in u)
+
+
+SCORED = [
+    {"id": "boot", "text": "The device fails to boot after the firmware update."},
+    {"id": "loader", "text": "Boot halted with error XQ-7719 reported by the loader."},
+    {"id": "chart", "text": "The chart shows quarterly revenue rising in every region."},
+    {"id": "fox", "text": "The quick brown fox jumps over the lazy dog."},
+]
+SCORED_QUERY = "firmware boot loader"
+SCORED_NO_TERM = {"chart", "fox"}  # no word in common with the query: no BM25 score
+SHOWN_SCORES = """items => items.map(li => ({
+    doc_id: li.querySelector('.doc-id').textContent,
+    scores: [...li.querySelectorAll('.scores [data-score]')]
+        .map(d => [d.dataset.score, d.querySelector('dt').textContent, d.querySelector('dd').textContent]),
+}))"""
+
+
+async def test_a_hybrid_hit_shows_its_fused_dense_and_bm25_scores_labelled(
+    tmp_path: Path, browser: Browser, shots: Path
+) -> None:
+    """The embedding runner is scripted (a vector per text), so each hit's dense score is known here (numpy's
+    cosine of the two vectors); its BM25 score is the one a sparse-only search gives it, and none for a hit
+    sharing no word with the query. The page must print exactly those, labelled fused, dense and BM25; a dense
+    or a sparse search prints its one score, labelled as what it is."""
+    settings = scripted_embed.scripted_settings(tmp_path)
+    settings.qdrant.edge_process = False
+    with live_server(settings, transports={"embedding": scripted_embed.ScriptedEmbedder().transport}) as base:
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=LIVENESS_S) as api:
+            assert (await api.post("/v1/collections", json={"name": "kb"})).status_code == 201
+            r = await api.post("/v1/collections/kb/documents", json={"documents": SCORED})
+            assert r.status_code == 200, r.text
+            sparse = await api.post("/v1/search", json={"collection": "kb", "query": SCORED_QUERY, "mode": "sparse"})
+            bm25 = {h["doc_id"]: h["vector_score"] for h in sparse.json()["hits"]}
+            keyed: list[tuple[str, str | None]] = []
+            errors: list[str] = []
+            page = await _open(browser, base, keyed, errors)
+            page.set_default_timeout(LIVENESS_S * 1000)
+            await page.fill("#query", SCORED_QUERY)
+            shown: dict[str, list[dict[str, Any]]] = {}
+            answers: dict[str, dict[str, Any]] = {}
+            for mode in ("hybrid", "dense", "sparse"):
+                await page.select_option("#mode", mode)
+                async with page.expect_response(lambda r: r.url.endswith("/v1/search")) as answer:
+                    await page.click("#search-button")
+                response = await answer.value
+                assert response.status == 200, await response.text()
+                assert json.loads(response.request.post_data or "{}")["score_details"] is True
+                answers[mode] = await response.json()
+                await page.wait_for_function(
+                    "r => document.querySelector('#search-summary').textContent.startsWith(r)",
+                    arg=f"{len(answers[mode]['hits'])} hits · {mode}")
+                shown[mode] = await page.eval_on_selector_all("#hits > li.hit", SHOWN_SCORES)
+                if mode == "hybrid":
+                    await page.screenshot(path=shots / "hybrid-scores.png", full_page=True)
+            assert errors == []
+            await page.close()
+
+    def cosine(doc_id: str) -> float:
+        text = next(d["text"] for d in SCORED if d["id"] == doc_id)
+        return float(np.dot(scripted_embed.vector(SCORED_QUERY), scripted_embed.vector(text)))
+
+    hybrid = answers["hybrid"]["hits"]
+    assert {h["doc_id"] for h in hybrid} == {d["id"] for d in SCORED}
+    assert [h["doc_id"] for h in shown["hybrid"]] == [h["doc_id"] for h in hybrid]
+    for hit, api_hit in zip(shown["hybrid"], hybrid, strict=True):
+        doc_id = hit["doc_id"]
+        assert api_hit["dense_score"] == pytest.approx(cosine(doc_id), abs=1e-5)
+        assert hit["scores"] == [
+            ["score", "score", _score(api_hit["vector_score"])],
+            ["vector_score", "fused", _score(api_hit["vector_score"])],
+            ["dense_score", "dense", _score(cosine(doc_id))],
+            ["bm25_score", "BM25", "—" if doc_id in SCORED_NO_TERM else _score(bm25[doc_id])],
+            ["rerank_score", "rerank", "—"],
+        ]
+    assert {h["doc_id"] for h in hybrid if h["bm25_score"] is None} == SCORED_NO_TERM
+    for mode, label in (("dense", "dense"), ("sparse", "BM25")):
+        assert [h["scores"] for h in shown[mode]] == [
+            [["score", "score", _score(h["score"])], ["vector_score", label, _score(h["vector_score"])],
+             ["rerank_score", "rerank", "—"]] for h in answers[mode]["hits"]]
+    assert sorted(h["doc_id"] for h in shown["sparse"]) == sorted(bm25) == ["boot", "loader"]  # BM25 matches these

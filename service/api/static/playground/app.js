@@ -195,6 +195,7 @@ function searchBody() {
   if (query) body.query = query;
   if ($("mode").value) body.mode = $("mode").value;
   if ($("fusion").value) body.fusion = $("fusion").value;
+  body.score_details = true; // a hybrid hit's dense and BM25 scores, shown beside the fused one
   // "default" leaves reranking to the deployment (on where its profile has a reranker).
   if ($("rerank").value || $("rerank-top-n").value) {
     body.rerank = { enabled: $("rerank").value !== "off" };
@@ -246,17 +247,41 @@ function renderResult(result) {
     timings.append(el("div", { dataset: { stage } }, el("dt", {}, stage), el("dd", {}, fmtMs(ms))));
   }
   const terms = queryTerms(result.query);
-  $("hits").replaceChildren(...result.hits.map((hit) => renderHit(hit, terms)));
+  $("hits").replaceChildren(...result.hits.map((hit) => renderHit(hit, terms, result.mode)));
 }
 
-function renderHit(hit, terms) {
+// What the engine's score is in each mode, named as a person reads it; the title says what it measures.
+const VECTOR_LABEL = {
+  dense: ["dense", "cosine similarity of the query's and the chunk's embeddings"],
+  sparse: ["BM25", "BM25 keyword score of the chunk for the query's terms"],
+  hybrid: ["fused", "the dense and BM25 rankings fused into one score (RRF or DBSF)"],
+};
+
+/** One score as <div data-score><dt>label</dt><dd>value</dd></div>; ``title`` explains it on hover. */
+function scoreItem(key, label, value, title) {
+  return el("div", { dataset: { score: key }, title }, el("dt", {}, label), el("dd", {}, fmtScore(value)));
+}
+
+/** The hit's scores: the one it is ordered by, the engine's (labelled by mode) and, for a hybrid hit, the dense
+ * and BM25 scores it was fused from (a BM25 score of "—": the chunk shares no term with the query). */
+function scoreList(hit, mode) {
+  const [label, title] = VECTOR_LABEL[mode] || ["vector", "the vector store's score"];
+  const items = [scoreItem("score", "score", hit.score, "the score the hits are ordered by"),
+    scoreItem("vector_score", label, hit.vector_score, title)];
+  if (mode === "hybrid") {
+    items.push(scoreItem("dense_score", VECTOR_LABEL.dense[0], hit.dense_score, VECTOR_LABEL.dense[1]),
+      scoreItem("bm25_score", VECTOR_LABEL.sparse[0], hit.bm25_score,
+        hit.bm25_score === null || hit.bm25_score === undefined
+          ? "no BM25 score: the chunk shares no term with the query" : VECTOR_LABEL.sparse[1]));
+  }
+  items.push(scoreItem("rerank_score", "rerank", hit.rerank_score, "the reranker's relevance, when reranked"));
+  return el("dl", { class: "scores" }, ...items);
+}
+
+function renderHit(hit, terms, mode) {
   const loc = el("dl", { class: "location" });
   fillLocation(loc, hit.location);
-  const scores = el("dl", { class: "scores" },
-    el("div", { dataset: { score: "score" } }, el("dt", {}, "score"), el("dd", {}, fmtScore(hit.score))),
-    el("div", { dataset: { score: "vector_score" } }, el("dt", {}, "vector"), el("dd", {}, fmtScore(hit.vector_score))),
-    el("div", { dataset: { score: "rerank_score" } }, el("dt", {}, "rerank"), el("dd", {}, fmtScore(hit.rerank_score))),
-  );
+  const scores = scoreList(hit, mode);
   const meta = Object.keys(hit.metadata || {}).length
     ? el("details", {}, el("summary", {}, "metadata"), el("pre", {}, JSON.stringify(hit.metadata, null, 2)))
     : "";
