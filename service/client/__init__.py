@@ -17,9 +17,8 @@
 Errors are the typed exceptions of :mod:`service.client.errors`.
 """
 
-from indexer.spec import IngestOptions
-from service.client.aio import AsyncClient
-from service.client.errors import (
+from .aio import AsyncClient
+from .errors import (
     APIError,
     Conflict,
     ConnectionFailed,
@@ -34,8 +33,8 @@ from service.client.errors import (
     Unauthorized,
     Unavailable,
 )
-from service.client.inputs import Document, data_url
-from service.client.models import (
+from .inputs import Document, data_url
+from .models import (
     ChatResult,
     Citation,
     Collection,
@@ -51,8 +50,9 @@ from service.client.models import (
     SearchResult,
     UpsertResult,
 )
-from service.client.streaming import AsyncChatStream, ChatStream
-from service.client.sync import Client
+from .options import IngestOptions
+from .streaming import AsyncChatStream, ChatStream
+from .sync import Client
 
 __all__ = [
     "APIError", "AsyncChatStream", "AsyncClient", "ChatResult", "ChatStream", "Citation", "Client", "Collection",
