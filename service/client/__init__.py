@@ -53,11 +53,12 @@ from .models import (
 from .options import IngestOptions
 from .streaming import AsyncChatStream, ChatStream
 from .sync import Client
+from .version import VERSION as __version__
 
 __all__ = [
     "APIError", "AsyncChatStream", "AsyncClient", "ChatResult", "ChatStream", "Citation", "Client", "Collection",
     "Conflict", "ConnectionFailed", "DeleteResult", "Document", "Embeddings", "Forbidden", "ImageInfo", "IngestOptions",
     "InvalidRequest", "Job", "JobCounts", "JobProgress", "NotFound", "PayloadTooLarge", "RagserveClientError",
     "RateLimited", "RerankResult", "Retrieval", "SearchHit", "SearchResult", "ServerError", "Timeout",
-    "Unauthorized", "Unavailable", "UpsertResult", "data_url",
+    "Unauthorized", "Unavailable", "UpsertResult", "__version__", "data_url",
 ]
