@@ -1,8 +1,12 @@
 """The Python client for ragserve: ``Client`` (blocking) and ``AsyncClient`` (asyncio), one implementation.
 
+A chat app installs it alone, as the ``ragserve-client`` distribution built from this folder (pyproject.toml
+here) and imported as ``ragserve_client``; ragserve itself imports the same files as ``service.client``. So
+every import in this package is relative, and none leaves it (tests/test_layers.py).
+
 ::
 
-    from service.client import Client
+    from ragserve_client import Client   # in ragserve's own code: from service.client import Client
 
     with Client("http://127.0.0.1:8000", api_key=KEY) as rs:
         rs.ensure_collection("kb")
@@ -14,7 +18,7 @@
                 print(delta, end="")
         print(answer.citations)
 
-Errors are the typed exceptions of :mod:`service.client.errors`.
+Errors are the typed exceptions of :mod:`.errors`.
 """
 
 from .aio import AsyncClient
