@@ -11,11 +11,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 VENV=${1:-.client-venv}
+# The second argument FRESH installs the current releases (to refresh constraints.txt); otherwise the pinned ones.
+CONSTRAINTS=(-c deploy/client/constraints.txt)
+[ "${2:-}" = FRESH ] && CONSTRAINTS=()
 PYTHON=${PYTHON:-python3}
 TEST_TOOLS=("pytest>=8" "pytest-asyncio>=0.23" "langchain-tests>=1.1")
 
 # What the venv is built from: a change to any of these rebuilds the wheel and reinstalls it.
-stamp=$(cat service/client/*.py service/client/pyproject.toml "$0" | sha256sum | cut -d' ' -f1)
+stamp=$(cat service/client/*.py service/client/pyproject.toml deploy/client/constraints.txt "$0" | sha256sum | cut -d' ' -f1)
 if [ -f "$VENV/.ragserve-client-stamp" ] && [ "$(cat "$VENV/.ragserve-client-stamp")" = "$stamp" ]; then
   echo "client venv: $VENV is up to date"
   exit 0
@@ -32,7 +35,8 @@ rm -rf "$wheels"
 "$VENV/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps service/client -w "$wheels"
 wheel=$(ls "$wheels"/ragserve_client-*.whl)
 # --force-reinstall --no-deps: the version number stays the same while the sources change
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check "${wheel}[langchain,llamaindex]" "${TEST_TOOLS[@]}"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check ${CONSTRAINTS[@]+"${CONSTRAINTS[@]}"} \
+  "${wheel}[langchain,llamaindex]" "${TEST_TOOLS[@]}"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheel"
 "$VENV/bin/python" -c "import ragserve_client.langchain, ragserve_client.llamaindex, ragserve_client as c; print('client venv: ragserve_client', c.__version__)"
 echo "$stamp" > "$VENV/.ragserve-client-stamp"
