@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from indexer.documents import FileError, SourceFile
 from indexer.spec import PathSource
-
-SKIPPED_DIRS = frozenset({"__pycache__", "node_modules"})
-"""Folders of generated files, never documents: skipped like hidden ones."""
+from service.client.paths import folder_entries
 
 
 class SourceError(Exception):
     """The source as a whole cannot be read (the job fails; per-file problems are FileErrors instead)."""
-
-
-def _matches(rel: str, patterns: list[str]) -> bool:
-    for pattern in patterns:
-        if fnmatch.fnmatchcase(rel, pattern):
-            return True
-        if pattern.startswith("**/") and fnmatch.fnmatchcase(rel, pattern[3:]):
-            return True
-    return False
 
 
 def under_root(path: Path, roots: list[Path]) -> bool:
@@ -39,17 +27,9 @@ def path_entries(source: PathSource) -> list[tuple[Path, str]]:
         return [(root, source.name_prefix + root.name)]
     if not root.is_dir():
         raise SourceError(f"{source.path!r} is not a file or folder")
-    walker = root.rglob("*") if source.recursive else root.glob("*")
-    entries = []
-    for path in sorted(walker):
-        if not path.is_file() or path.is_symlink():
-            continue
-        rel = path.relative_to(root).as_posix()
-        if any(part.startswith(".") or part in SKIPPED_DIRS for part in rel.split("/")):
-            continue  # hidden files and folders (.git, .DS_Store), caches (__pycache__)
-        if _matches(rel, source.include) and not _matches(rel, source.exclude):
-            entries.append((path, source.name_prefix + rel))
-    return entries
+    # the client walks an uploaded folder by the same rule (service.client.paths): one copy of it
+    return folder_entries(root, include=source.include, exclude=source.exclude, recursive=source.recursive,
+                          name_prefix=source.name_prefix)
 
 
 def path_files(source: PathSource, *, max_bytes: int) -> Iterator[SourceFile | FileError]:

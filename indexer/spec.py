@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from service.client.paths import name_prefix_problem
 from service.documents.payload import ID_PATTERN, check_metadata
 from service.json_types import JsonInt
 from service.store.tenancy import Tenant
@@ -30,8 +31,9 @@ class PathSource(BaseModel):
     @field_validator("name_prefix")
     @classmethod
     def _relative(cls, value: str) -> str:
-        if value.startswith("/") or ".." in value.split("/"):
-            raise ValueError("must be a relative path without '..'")
+        problem = name_prefix_problem(value)  # the client checks a prefix by the same rule before uploading
+        if problem:
+            raise ValueError(problem)
         return value
 
 

@@ -1,3 +1,5 @@
 """ragserve: a RAG retrieval microservice over vLLM pooling runners and Qdrant."""
 
-__version__ = "0.1.0"
+from service.client.version import VERSION as __version__  # one number for the server and its client
+
+__all__ = ["__version__"]

@@ -41,6 +41,10 @@ from tests.support.tiers import SOAK_OPTION
 from tests.support.tiny_qwen3 import build_tiny_qwen3
 from tests.support.tiny_qwen3_vl import build_tiny_lora, build_tiny_qwen3_vl
 
+collect_ignore = ["client_dist"]
+"""The client distribution's tests import ragserve_client, which this venv does not hold: they run from the
+client's own venv (tests/service/client/test_distribution.py runs them there)."""
+
 MAX_MODEL_LEN = 2048
 VL_MAX_MODEL_LEN = 16384
 LORA_NAME = "tenant-a"

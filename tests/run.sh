@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 setup_started=$SECONDS
 bash deploy/local/setup.sh
+bash deploy/client/build-venv.sh        # ragserve-client's own venv: tests/service/client/test_distribution.py runs the adapter tests there
 bash deploy/local/install-postgres.sh   # the PostgreSQL job queue's tests start their own cluster
 bash tests/setup-browser.sh
 export RAGSERVE_TEST_BROWSER=required   # the playground's browser tests fail, not skip, without Chromium

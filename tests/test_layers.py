@@ -11,7 +11,10 @@ Every import is checked, module-level and inside functions alike.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FRONT_ENDS = ("service/api/", "service/server.py", "service/docs/", "service/mcp/")
@@ -24,6 +27,27 @@ def imported_modules(path: Path) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
+    return found
+
+
+CLIENT = "service.client"
+CLIENT_THIRD_PARTY = {"httpx", "pydantic", "langchain_core", "llama_index"}
+"""All the client may import besides itself and the standard library: its distribution (``ragserve-client``,
+service/client/pyproject.toml) installs httpx and pydantic, and the adapters' extras their frameworks."""
+
+
+def client_imports(path: Path) -> set[str]:
+    """Every module a service/client module imports, relative imports resolved (``from .sync import Client``
+    is ``service.client.sync``; ``from .. import x`` is ``service``, past the package)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = CLIENT.split(".")[: max(len(CLIENT.split(".")) - (node.level - 1), 0)]
+            found.add(".".join([*base, *([node.module] if node.module else [])]) or ".")
     return found
 
 
@@ -50,7 +74,7 @@ def test_the_client_modules_import_each_other_without_a_circle() -> None:
     """service/client imports in one direction (steps <- streaming <- protocol <- api <- sync, aio; the adapters
     on top), type-only imports included: a circle, even under TYPE_CHECKING, breaks on the first reordering."""
     package = ROOT / "service" / "client"
-    graph = {path.stem: {m.rsplit(".", 1)[1] for m in imported_modules(path) if m.startswith("service.client.")}
+    graph = {path.stem: {m.rsplit(".", 1)[1] for m in client_imports(path) if m.startswith(CLIENT + ".")}
              for path in package.glob("*.py") if path.stem != "__init__"}
     circles = []
     for start in sorted(graph):
@@ -63,3 +87,37 @@ def test_the_client_modules_import_each_other_without_a_circle() -> None:
                 elif nxt not in path:
                     stack.append((nxt, [*path, nxt]))
     assert circles == []
+
+
+def client_outside_imports(path: Path) -> list[str]:
+    outside = []
+    for module in sorted(client_imports(path)):
+        top = module.split(".")[0]
+        if module == CLIENT or module.startswith(CLIENT + "."):
+            continue
+        if top in CLIENT_THIRD_PARTY or (top in sys.stdlib_module_names and top not in ("service", "indexer")):
+            continue
+        outside.append(module)
+    return outside
+
+
+def test_the_client_imports_nothing_of_the_server() -> None:
+    """service/client is also the ``ragserve_client`` distribution, built from these very files: an import of
+    ``service.*`` or ``indexer.*`` (absolute, or relative past the package) would work in the repository and
+    fail in a chat app that installed only the client."""
+    offenders = {path.name: client_outside_imports(path) for path in sorted((ROOT / "service" / "client").glob("*.py"))}
+    assert {name: found for name, found in offenders.items() if found} == {}
+
+
+@pytest.mark.parametrize(("source", "found"), [
+    ("from indexer.spec import IngestOptions\n", ["indexer.spec"]),
+    ("def f():\n    from service.documents.payload import ID_PATTERN\n", ["service.documents.payload"]),
+    ("from ..documents import payload\n", ["service.documents"]),
+    ("from ... import indexer\n", ["."]),
+    ("from .sync import Client\nimport httpx, json\nfrom pydantic import BaseModel\n", []),
+    ("import numpy\n", ["numpy"]),
+])
+def test_the_client_check_sees_every_way_out(tmp_path: Path, source: str, found: list[str]) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(source)
+    assert client_outside_imports(module) == found

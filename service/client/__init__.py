@@ -1,8 +1,12 @@
 """The Python client for ragserve: ``Client`` (blocking) and ``AsyncClient`` (asyncio), one implementation.
 
+A chat app installs it alone, as the ``ragserve-client`` distribution built from this folder (pyproject.toml
+here) and imported as ``ragserve_client``; ragserve itself imports the same files as ``service.client``. So
+every import in this package is relative, and none leaves it (tests/test_layers.py).
+
 ::
 
-    from service.client import Client
+    from ragserve_client import Client   # in ragserve's own code: from service.client import Client
 
     with Client("http://127.0.0.1:8000", api_key=KEY) as rs:
         rs.ensure_collection("kb")
@@ -14,12 +18,11 @@
                 print(delta, end="")
         print(answer.citations)
 
-Errors are the typed exceptions of :mod:`service.client.errors`.
+Errors are the typed exceptions of :mod:`.errors`.
 """
 
-from indexer.spec import IngestOptions
-from service.client.aio import AsyncClient
-from service.client.errors import (
+from .aio import AsyncClient
+from .errors import (
     APIError,
     Conflict,
     ConnectionFailed,
@@ -34,8 +37,8 @@ from service.client.errors import (
     Unauthorized,
     Unavailable,
 )
-from service.client.inputs import Document, data_url
-from service.client.models import (
+from .inputs import Document, data_url
+from .models import (
     ChatResult,
     Citation,
     Collection,
@@ -51,13 +54,15 @@ from service.client.models import (
     SearchResult,
     UpsertResult,
 )
-from service.client.streaming import AsyncChatStream, ChatStream
-from service.client.sync import Client
+from .options import IngestOptions
+from .streaming import AsyncChatStream, ChatStream
+from .sync import Client
+from .version import VERSION as __version__
 
 __all__ = [
     "APIError", "AsyncChatStream", "AsyncClient", "ChatResult", "ChatStream", "Citation", "Client", "Collection",
     "Conflict", "ConnectionFailed", "DeleteResult", "Document", "Embeddings", "Forbidden", "ImageInfo", "IngestOptions",
     "InvalidRequest", "Job", "JobCounts", "JobProgress", "NotFound", "PayloadTooLarge", "RagserveClientError",
     "RateLimited", "RerankResult", "Retrieval", "SearchHit", "SearchResult", "ServerError", "Timeout",
-    "Unauthorized", "Unavailable", "UpsertResult", "data_url",
+    "Unauthorized", "Unavailable", "UpsertResult", "__version__", "data_url",
 ]

@@ -7,12 +7,12 @@ from typing import Any, Literal, TypeVar
 
 import httpx
 
-from service.client.api import ClientBase
-from service.client.errors import RagserveClientError
-from service.client.loops import PerLoop
-from service.client.protocol import check, request_args, transport_error
-from service.client.steps import Call, Operation, Sleep
-from service.client.streaming import AsyncChatStream, StreamCall
+from .api import ClientBase
+from .errors import RagserveClientError
+from .loops import PerLoop
+from .protocol import check, request_args, transport_error
+from .steps import Call, Operation, Sleep
+from .streaming import AsyncChatStream, StreamCall
 
 T = TypeVar("T")
 

@@ -12,11 +12,11 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
+from pydantic import BaseModel
 
-from indexer.spec import IngestOptions, PathSource
-from service.client.errors import NotFound, RateLimited, Timeout, Unavailable
-from service.client.inputs import Document, ImageArg, Message, chat_messages, document_body, image_bytes, image_url
-from service.client.models import (
+from .errors import NotFound, RateLimited, Timeout, Unavailable
+from .inputs import Document, ImageArg, Message, chat_messages, document_body, image_bytes, image_url
+from .models import (
     ChatResult,
     Collection,
     DeleteResult,
@@ -26,9 +26,11 @@ from service.client.models import (
     SearchResult,
     UpsertResult,
 )
-from service.client.protocol import operation, streaming
-from service.client.steps import Call, Operation, Sleep, Step
-from service.client.streaming import ChatStreamDecoder, StreamCall, chat_result
+from .options import IngestOptions
+from .paths import name_prefix_problem, path_entries, read_files
+from .protocol import operation, streaming
+from .steps import Call, Operation, Sleep, Step
+from .streaming import ChatStreamDecoder, StreamCall, chat_result
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 ProgressCallback = Callable[[Job], None]
@@ -40,8 +42,8 @@ def _name(name: str) -> str:
 
 
 def _options(options: IngestOptions | Mapping[str, Any] | None, **defaults: Any) -> dict[str, Any]:
-    """Ingest options checked here (the server's own model), so a typo fails before any upload."""
-    given = options.model_dump(exclude_unset=True) if isinstance(options, IngestOptions) else dict(options or {})
+    """Ingest options checked here (:mod:`.options`), so a typo fails before any upload."""
+    given = options.model_dump(exclude_unset=True) if isinstance(options, BaseModel) else dict(options or {})
     return IngestOptions.model_validate({**defaults, **given}).model_dump(exclude_none=True)
 
 
@@ -170,26 +172,25 @@ class ClientBase:
         """Index a file or folder: uploaded from here (read now; ``on_skip(name, why)`` for a file that
         cannot be read), or with ``server_path`` read by the server itself, under its allowed roots.
         The source is named ``path:<absolute path>``, so a re-run with ``prune`` re-syncs it either way."""
-        from indexer.documents import SourceFile
-        from indexer.sources import path_files
-
-        source = PathSource(path=str(Path(path).resolve()), include=list(include or ["**/*"]),
-                            exclude=list(exclude or []), name_prefix=name_prefix)
-        body = _options(options, source_name=f"path:{source.path}")
+        problem = name_prefix_problem(name_prefix)
+        if problem:
+            raise ValueError(f"name_prefix {name_prefix!r}: {problem}")
+        root = Path(path).resolve()
+        source = {"kind": "path", "path": str(root), "include": list(include or ["**/*"]),
+                  "exclude": list(exclude or []), "recursive": True, "name_prefix": name_prefix}
+        body = _options(options, source_name=f"path:{root}")
         if server_path:
-            call = Call("POST", f"/v1/collections/{_name(collection)}/ingest",
-                        json={**body, "source": source.model_dump()})
+            call = Call("POST", f"/v1/collections/{_name(collection)}/ingest", json={**body, "source": source})
             job = Job.model_validate((yield from self._json(call)))
             if not wait:
                 return job
             return (yield from ClientBase.wait_for_job.fn(self, job.id, progress=progress, poll_s=poll_s,
                                                            timeout_s=timeout_s))
-        files: list[tuple[str, bytes]] = []
-        for item in path_files(source, max_bytes=1 << 62):  # the server applies its own size limit
-            if isinstance(item, SourceFile):
-                files.append((item.name, item.data))
-            elif on_skip is not None:
-                on_skip(item.file, item.error)
+        files, skipped = read_files(path_entries(root, include=source["include"], exclude=source["exclude"],
+                                                 name_prefix=name_prefix))
+        for name, why in skipped:
+            if on_skip is not None:
+                on_skip(name, why)
         if not files:
             raise ValueError(f"no files to index under {path}")
         return (yield from ClientBase.ingest_files.fn(self, collection, files, options=body, wait=wait,

@@ -2,7 +2,7 @@
 
 ::
 
-    from service.client.langchain import RagserveRetriever
+    from .langchain import RagserveRetriever
 
     retriever = RagserveRetriever(collection="kb", base_url="http://127.0.0.1:8000", api_key=KEY, top_k=5)
     docs = retriever.invoke("how do I rotate keys?")          # or: await retriever.ainvoke(...)
@@ -30,9 +30,9 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 
-from service.client.aio import AsyncClient
-from service.client.models import SearchResult
-from service.client.sync import Client
+from .aio import AsyncClient
+from .models import SearchResult
+from .sync import Client
 
 Mode = Literal["dense", "sparse", "hybrid"]
 CALL_ARGS = ("k", "top_k", "filter", "mode", "rerank")

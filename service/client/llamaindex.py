@@ -2,7 +2,7 @@
 
 ::
 
-    from service.client.llamaindex import RagserveRetriever
+    from .llamaindex import RagserveRetriever
 
     retriever = RagserveRetriever("kb", base_url="http://127.0.0.1:8000", api_key=KEY, similarity_top_k=5)
     nodes = retriever.retrieve("how do I rotate keys?")       # or: await retriever.aretrieve(...)
@@ -28,9 +28,9 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from service.client.aio import AsyncClient
-from service.client.models import SearchHit, SearchResult
-from service.client.sync import Client
+from .aio import AsyncClient
+from .models import SearchHit, SearchResult
+from .sync import Client
 
 PREFIX = "ragserve_"
 RAGSERVE_KEYS = [f"{PREFIX}collection", f"{PREFIX}doc_id", f"{PREFIX}chunk_index", f"{PREFIX}location"]

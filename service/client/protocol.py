@@ -22,9 +22,9 @@ from typing import Any, Concatenate, Generic, Literal, ParamSpec, Protocol, Type
 
 import httpx
 
-from service.client.errors import ConnectionFailed, RagserveClientError, Timeout, error_from_response
-from service.client.steps import Call, Operation
-from service.client.streaming import AsyncChatStream, ChatStream, StreamCall
+from .errors import ConnectionFailed, RagserveClientError, Timeout, error_from_response
+from .steps import Call, Operation
+from .streaming import AsyncChatStream, ChatStream, StreamCall
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 import httpx
 
-from service.client.errors import ConnectionFailed, error_from_event
-from service.client.models import ChatResult, Citation, Retrieval
-from service.client.steps import Call
+from .errors import ConnectionFailed, error_from_event
+from .models import ChatResult, Citation, Retrieval
+from .steps import Call
 
 
 class Opens(Protocol):

@@ -7,11 +7,11 @@ from typing import Any, Literal, TypeVar
 
 import httpx
 
-from service.client.api import ClientBase
-from service.client.errors import RagserveClientError
-from service.client.protocol import check, request_args, transport_error
-from service.client.steps import Call, Operation, Sleep
-from service.client.streaming import ChatStream, StreamCall
+from .api import ClientBase
+from .errors import RagserveClientError
+from .protocol import check, request_args, transport_error
+from .steps import Call, Operation, Sleep
+from .streaming import ChatStream, StreamCall
 
 T = TypeVar("T")
 
