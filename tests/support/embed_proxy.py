@@ -32,6 +32,9 @@ class Call:
     """When the runner's answer was handed back (None: held, or never)."""
     status: int | None = None
     """The runner's status for it (None: no answer came back from the runner)."""
+    peer: int | None = None
+    """The sender's TCP port: which connection, so which process, the request came over (a request a process
+    wrote just before it was killed may be read by the proxy after it is gone)."""
 
 
 @dataclass
@@ -67,7 +70,7 @@ def _app(proxy: EmbedProxy, upstream: str) -> Starlette:
         if request.url.path == "/v1/embeddings":
             sent = json.loads(body)
             texts = sent["input"] if isinstance(sent["input"], list) else [sent["input"]]
-            call = Call(time.monotonic(), list(texts))
+            call = Call(time.monotonic(), list(texts), peer=request.client.port if request.client else None)
             with proxy._lock:
                 index = len(proxy.calls)
                 proxy.calls.append(call)
