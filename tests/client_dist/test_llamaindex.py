@@ -1,7 +1,7 @@
 """The installed LlamaIndex retriever with the current llama-index-core: ``similarity_top_k`` reaches the server,
 and the retriever works inside LlamaIndex's own engines with ``MockLLM`` (which answers with the prompt it was
-given): ``RetrieverQueryEngine``, and ``QueryFusionRetriever(use_async=True)`` called again and again, from this
-thread and from one without a loop (each call a fresh ``asyncio.run``)."""
+given): ``RetrieverQueryEngine``, ``ContextChatEngine`` over two turns, and ``QueryFusionRetriever(use_async=True)``
+called again and again, from this thread and from one without a loop (each call a fresh ``asyncio.run``)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,21 @@ from concurrent.futures import ThreadPoolExecutor
 
 from conftest import DOCS, QUERY, Service
 from llama_index.core.async_utils import asyncio_run
+from llama_index.core.chat_engine import ContextChatEngine
 from llama_index.core.llms import MockLLM
+from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.retrievers import QueryFusionRetriever
 from llama_index.core.schema import NodeWithScore
 from ragserve_client import Client
 from ragserve_client.llamaindex import RagserveRetriever
 
+FOLLOW_UP = "and green tea?"
 
-def _hits(service: Service, top_k: int) -> list[tuple[str, float]]:
+
+def _hits(service: Service, top_k: int, query: str = QUERY) -> list[tuple[str, float]]:
     with Client(service.url, service.api_key) as rs:
-        return [(hit.id, hit.score) for hit in rs.search(service.collection, QUERY, top_k=top_k).hits]
+        return [(hit.id, hit.score) for hit in rs.search(service.collection, query, top_k=top_k).hits]
 
 
 async def test_similarity_top_k_gives_the_services_hits(service: Service) -> None:
@@ -43,6 +47,21 @@ def test_query_engine_sees_the_retrieved_text(service: Service) -> None:
     retriever.close()
     assert [(n.node.node_id, n.score) for n in answer.source_nodes] == _hits(service, 2)
     assert DOCS[0].text in str(answer) and "ragserve_" not in str(answer)
+
+
+def test_chat_engine_sees_the_retrieved_text_each_turn(service: Service) -> None:
+    retriever = RagserveRetriever(service.collection, base_url=service.url, api_key=service.api_key,
+                                  similarity_top_k=2)
+    # an in-memory chat history: the default Memory of llama-index-core 0.14 keeps it in SQLite (aiosqlite),
+    # whose connection is left to the garbage collector after its loop has closed
+    chat = ContextChatEngine.from_defaults(retriever=retriever, llm=MockLLM(),
+                                           memory=ChatMemoryBuffer.from_defaults(token_limit=3000))
+    said = chat.chat(QUERY)
+    again = chat.chat(FOLLOW_UP)  # each turn retrieves for its own message
+    retriever.close()
+    assert [(n.node.node_id, n.score) for n in said.source_nodes] == _hits(service, 2)
+    assert [(n.node.node_id, n.score) for n in again.source_nodes] == _hits(service, 2, FOLLOW_UP)
+    assert DOCS[0].text in str(said) and "ragserve_" not in str(said)
 
 
 def test_async_fusion_called_repeatedly_gives_each_chunk_once(service: Service) -> None:

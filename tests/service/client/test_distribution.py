@@ -3,7 +3,7 @@ its venv (deploy/client/build-venv.sh: the wheel with both adapters, and the ada
 what deploy/client/allowlist.txt allows and none of the server's dependencies, and the adapter tests
 (tests/client_dist) pass from that venv, with the current LangChain and LlamaIndex, against a live app.
 
-The venv is the one the gate's setup built (tests/run.sh; RAGSERVE_CLIENT_VENV names another); building it here
+The venv is the one the gate's setup built (tests/run.sh; RAGSERVE_TEST_CLIENT_VENV names another); building it here
 when it is missing or stale needs PyPI. A venv that cannot be built fails the test: it never skips."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tests.support.server import live_server
 
 ROOT = Path(__file__).resolve().parents[3]
 CLIENT = ROOT / "service" / "client"
-VENV = Path(os.environ.get("RAGSERVE_CLIENT_VENV", ROOT / ".client-venv"))
+VENV = Path(os.environ.get("RAGSERVE_TEST_CLIENT_VENV", ROOT / ".client-venv"))
 
 STANDARD = ["test_no_overrides_DO_NOT_OVERRIDE", "test_k_constructor_param", "test_invoke_with_k_kwarg",
             "test_invoke_returns_documents", "test_ainvoke_returns_documents"]
@@ -40,6 +40,7 @@ EXPECTED = {
     "test_client::test_async_search_returns_what_the_blocking_one_does",
     "test_llamaindex::test_similarity_top_k_gives_the_services_hits",
     "test_llamaindex::test_query_engine_sees_the_retrieved_text",
+    "test_llamaindex::test_chat_engine_sees_the_retrieved_text_each_turn",
     "test_llamaindex::test_async_fusion_called_repeatedly_gives_each_chunk_once",
 }
 
