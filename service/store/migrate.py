@@ -21,7 +21,16 @@ from pathlib import Path
 
 from service.store.atomic import write_json
 from service.store.errors import MigrationFailed
-from service.store.layout import LAYOUT, MARKER, MIGRATIONS, check_layout, layout_of, read_marker, take_lock
+from service.store.layout import (
+    LAYOUT,
+    MARKER,
+    MIGRATIONS,
+    Marker,
+    check_layout,
+    layout_of,
+    read_marker,
+    take_lock,
+)
 
 LOCK = ".lock"
 Manifest = dict[str, tuple[int, str]]
@@ -47,15 +56,11 @@ def migrate_store(root: Path, *, progress: Callable[[str], None] = print,
     root = root.absolute()
     if not root.is_dir():
         raise MigrationFailed(f"there is no store folder at {root} (nothing to migrate)")
+    _layout(root)  # a folder it cannot migrate is refused before the lock file is created in it
     lock = take_lock(root)
     try:
-        marker = read_marker(root)
-        if marker is None:
-            check_layout(root)  # a foreign folder is refused with its reason
-            raise MigrationFailed(f"{root} holds no store yet (nothing to migrate)")
-        layout = layout_of(root, marker)
-        if layout >= LAYOUT:
-            check_layout(root)  # a newer layout or engine: refused, naming both versions
+        marker, layout = _layout(root)  # again, with the lock held
+        if layout == LAYOUT:
             progress(f"{root} already has layout {LAYOUT}; nothing to do")
             return Migration(root, layout, layout, None)
         backup = root.with_name(f"{root.name}.layout{layout}-backup-{now():%Y%m%dT%H%M%SZ}")
@@ -70,6 +75,18 @@ def migrate_store(root: Path, *, progress: Callable[[str], None] = print,
         return Migration(root, layout, LAYOUT, backup, files, size)
     finally:
         lock.close()
+
+
+def _layout(root: Path) -> tuple[Marker, int]:
+    """The folder's marker and layout, where it is a store this ragserve can migrate (or already reads)."""
+    marker = read_marker(root)
+    if marker is None:
+        check_layout(root)  # a foreign folder is refused with its reason
+        raise MigrationFailed(f"{root} holds no store yet (nothing to migrate)")
+    layout = layout_of(root, marker)
+    if layout >= LAYOUT:
+        check_layout(root)  # a newer layout or engine: refused, naming both versions
+    return marker, layout
 
 
 def _backup(root: Path, backup: Path, progress: Callable[[str], None]) -> tuple[int, int]:
