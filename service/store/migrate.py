@@ -12,7 +12,9 @@ The lock file (``.lock``, which says who holds the lock) is neither copied nor c
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,13 +98,14 @@ def _backup(root: Path, backup: Path, progress: Callable[[str], None]) -> tuple[
     original = manifest(root)
     files = sum(1 for size, _ in original.values() if size >= 0)
     total = sum(size for size, _ in original.values() if size > 0)
+    needs = sum(p.lstat().st_blocks * 512 for p in root.rglob("*") if p.is_file() and not p.is_symlink())
     free = shutil.disk_usage(root.parent).free
-    if free < total:
-        raise MigrationFailed(f"no room for the backup of {root}: it needs {total / 2**20:.1f} MiB, "
+    if free < needs:
+        raise MigrationFailed(f"no room for the backup of {root}: it needs {needs / 2**20:.1f} MiB, "
                               f"{free / 2**20:.1f} MiB are free beside it; nothing was changed")
-    progress(f"copying {root} ({files} files, {total / 2**20:.1f} MiB) to {backup}")
+    progress(f"copying {root} ({files} files, {total / 2**20:.1f} MiB, {needs / 2**20:.1f} MiB on disk) to {backup}")
     try:
-        shutil.copytree(root, backup, symlinks=True,
+        shutil.copytree(root, backup, symlinks=True, copy_function=copy_sparse,
                         ignore=lambda folder, _names: [LOCK] if Path(folder) == root else [])
         copied = manifest(backup)
     except BaseException as exc:  # an interrupted copy included: no half backup is left behind
@@ -118,6 +121,33 @@ def _backup(root: Path, backup: Path, progress: Callable[[str], None]) -> tuple[
                               "changed and the backup was removed")
     progress(f"backup verified: {files} files, {total} bytes, the same sha256 for every file")
     return files, total
+
+
+def copy_sparse(src: str, dst: str) -> None:
+    """``shutil.copy2``, holes kept: the engine preallocates its write-ahead log (32 MB segments, a few KB written
+    in a small collection), and a plain copy would write every hole out as zeros (a 0.6 MB store backed up as
+    168 MB, measured). Only the extents that hold data are copied (``SEEK_DATA``/``SEEK_HOLE``); a file system
+    without holes reports the whole file as data."""
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        size = os.fstat(fi.fileno()).st_size
+        pos = 0
+        while pos < size:
+            try:
+                start = os.lseek(fi.fileno(), pos, os.SEEK_DATA)
+            except OSError as exc:  # ENXIO: nothing but a hole from pos to the end
+                if exc.errno != errno.ENXIO:
+                    raise
+                break
+            end = os.lseek(fi.fileno(), start, os.SEEK_HOLE)
+            fi.seek(start)
+            fo.seek(start)
+            left = end - start
+            while left > 0 and (chunk := fi.read(min(left, 1 << 20))):
+                fo.write(chunk)
+                left -= len(chunk)
+            pos = end
+        fo.truncate(size)
+    shutil.copystat(src, dst)
 
 
 def manifest(folder: Path) -> Manifest:

@@ -57,6 +57,11 @@ def snapshot(root: Path, *, lock: bool = True) -> dict[str, bytes]:
             if p.is_file() and (lock or p.name != ".lock")}
 
 
+def allocated(root: Path) -> dict[str, int]:
+    return {p.relative_to(root).as_posix(): p.stat().st_blocks for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True, text=True, timeout=120,
                           env={"PATH": ""})
@@ -73,12 +78,15 @@ def test_migrate_backs_up_verifies_and_the_store_then_opens_with_the_same_points
     assert len(backups) == 1 and re.fullmatch(r"qdrant\.layout1-backup-\d{8}T\d{6}Z", backups[0].name)
     backup = backups[0]
     lines = r.stdout.splitlines()
-    assert lines[0].startswith(f"copying {root} (") and lines[0].endswith(f" MiB) to {backup}")
+    assert lines[0].startswith(f"copying {root} (") and lines[0].endswith(f" MiB on disk) to {backup}")
     assert lines[1].startswith("backup verified: ") and lines[2] == f"{root}: layout 1 -> 2 done"
     assert lines[3] == (f"migrated {root} from layout 1 to 2; the backup of layout 1 is {backup} (remove it once "
                         "the store serves as it should)")
 
     assert snapshot(backup) == before  # byte for byte, the lock file left out
+    # ... and no bigger on disk: the engine's preallocated WAL stays holes, not written-out zeros
+    assert {k: v for k, v in allocated(backup).items() if k != MARKER} == \
+        {k: v for k, v in allocated(root).items() if k != MARKER}
     after = snapshot(root, lock=False)
     assert {k: v for k, v in after.items() if k != MARKER} == {k: v for k, v in before.items() if k != MARKER}
     assert json.loads(after[MARKER]) == {"engine": "qdrant-edge", "layout": 2, "engine_version": LAYOUT1_ENGINE,
