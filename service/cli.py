@@ -184,6 +184,16 @@ def cmd_optimize(args: argparse.Namespace) -> None:
         raise SystemExit(f"ragserve: {exc.message} in {settings.qdrant_path}") from None
 
 
+def cmd_store_migrate(args: argparse.Namespace) -> None:
+    """Bring the embedded store folder to this ragserve's layout, after a verified backup beside it."""
+    from service.store.migrate import migrate_store
+
+    settings = _settings(args)
+    if settings.qdrant.url:
+        raise SystemExit("ragserve store migrate is for the embedded store; a Qdrant server keeps its own format")
+    migrate_store(settings.qdrant_path)
+
+
 def cmd_runners_up(args: argparse.Namespace) -> None:
     from service.runners.launcher import RunnerConfigError, check_command_lines, runner_specs, running
 
@@ -351,6 +361,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "docs/store-benchmark.md); the collection stays int8 for later optimizes")
     p.add_argument("--data-dir", type=Path, default=None)
     p.set_defaults(func=cmd_optimize)
+
+    p = sub.add_parser("store", help="the embedded store's folder")
+    ssub = p.add_subparsers(dest="action", required=True)
+    mig = ssub.add_parser("migrate", help="bring the store folder (<data-dir>/qdrant, or RAGSERVE_QDRANT__PATH) to "
+                          "this ragserve's layout, after a verified backup beside it (store closed)")
+    mig.add_argument("--data-dir", type=Path, default=None)
+    mig.set_defaults(func=cmd_store_migrate)
 
     p = sub.add_parser("runners", help="manage the vLLM runners")
     rsub = p.add_subparsers(dest="action", required=True)

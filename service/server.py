@@ -30,7 +30,7 @@ def ensure_api_key(settings: Settings) -> str | None:
 def preflight(settings: Settings) -> None:
     """Refuse to start, with a message that names the folder, where the embedded store cannot be opened."""
     if not settings.qdrant.url:
-        from service.store.edge import probe_store
+        from service.store.layout import probe_store
 
         probe_store(settings.qdrant_path)
 

@@ -2,7 +2,8 @@
 
 Layout under the store folder (``<data dir>/qdrant`` by default)::
 
-    ragserve-store.json             format marker (a folder without it is not ours: refused, never touched)
+    ragserve-store.json             marker: layout and engine versions (service/store/layout.py; a folder
+                                    without it is not ours: refused, never touched)
     .lock                           held (flock) by the one process that has the store open
     collections/<name>/collection.json   dimensions, model, filter fields, BM25 settings
     collections/<name>/shard/            one EdgeShard: segments + write-ahead log
@@ -34,7 +35,6 @@ load writes out its WAL segments, about 46 MB): below it, start-up is refused wi
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import logging
 import os
@@ -52,16 +52,16 @@ import qdrant_edge as qe
 
 from service.deadline import Deadline, acquire_within, within
 from service.sparse.config import SparseConfig, SparseStats
+from service.store.atomic import write_json as _write_json
 from service.store.base import VectorStore, check_vectors
 from service.store.errors import (
     CollectionExists,
     CollectionNotFound,
-    LegacyStoreLayout,
     StoreError,
     StoreFull,
-    StoreLocked,
     StoreTimeout,
 )
+from service.store.layout import lock_store
 from service.store.types import (
     DENSE,
     INTERNAL_INDEXES,
@@ -84,8 +84,6 @@ from service.store.types import (
 
 log = logging.getLogger("ragserve.store")
 T = TypeVar("T")
-MARKER = "ragserve-store.json"
-FORMAT = {"engine": "qdrant-edge", "layout": 1}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,63}$")
 FIELD_TYPES = {
     "keyword": qe.PayloadSchemaType.Keyword,
@@ -507,15 +505,6 @@ def _drop(coll: _Collection) -> None:
     shutil.rmtree(coll.folder, ignore_errors=True)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 NO_SPACE = "no space left on the data disk"
 
 
@@ -550,55 +539,6 @@ def to_edge(flt: Filter) -> qe.Filter:
         must_not=[cond(c) for c in flt.must_not] or None,
         should=[cond(c) for c in flt.should] or None,
     )
-
-
-# --- the folder: layout check and the one-process lock --------------------------------------------------
-
-def check_layout(root: Path) -> None:
-    """Refuse a folder that holds something other than this store (an older ragserve's local-mode data)."""
-    if (root / MARKER).is_file():
-        marker = json.loads((root / MARKER).read_text())
-        if marker.get("engine") != FORMAT["engine"]:
-            raise LegacyStoreLayout(root, f"its marker names engine {marker.get('engine')!r}")
-        return
-    if (root / "meta.json").is_file() or (root / "collection").is_dir():
-        raise LegacyStoreLayout(root, "it was written by qdrant-client's local mode (ragserve before Qdrant Edge)")
-    if root.exists() and any(p.name != ".lock" for p in root.iterdir()):
-        raise LegacyStoreLayout(root, "it is not empty and holds no ragserve store marker")
-
-
-def lock_store(root: Path) -> Any:
-    """Take the folder's exclusive lock (create the layout on first use); :class:`StoreLocked` if held."""
-    check_layout(root)
-    (root / "collections").mkdir(parents=True, exist_ok=True)
-    if not (root / MARKER).is_file():
-        _write_json(root / MARKER, FORMAT)
-    f = open(root / ".lock", "a+")  # noqa: SIM115 - held open for the store's lifetime
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "another process"
-        f.close()
-        raise StoreLocked(root, holder) from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"pid {os.getpid()}\n")
-    f.flush()
-    return f
-
-
-def probe_store(root: Path) -> None:
-    """Refuse, before a server starts, a folder it could not open: another layout, or held by a process."""
-    check_layout(root)
-    if (root / ".lock").is_file():
-        with open(root / ".lock", "a+") as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.seek(0)
-                raise StoreLocked(root, f.read().strip() or "another process") from None
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 INT8 = "int8"

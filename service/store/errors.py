@@ -6,6 +6,8 @@ Hierarchy::
     ├── StoreTimeout (504)
     ├── StoreFull (507: the data disk is full; nothing was written)
     ├── LegacyStoreLayout, StoreLocked (start-up refusals of the embedded store)
+    ├── StoreLayoutOutdated (an older layout: ``ragserve store migrate``), StoreLayoutTooNew (upgrade ragserve)
+    ├── MigrationFailed (``ragserve store migrate`` stopped; the folder is as it was)
     CollectionNotFound (404), CollectionExists (409)
 """
 
@@ -80,3 +82,40 @@ class StoreLocked(StoreError):
             f"the embedded store {root} is open in another process ({holder}); it admits one process. Stop that "
             "process, or run the worker inside the API (ragserve serve --with-worker), or use a Qdrant server."
         )
+
+
+class StoreLayoutOutdated(StoreError):
+    """Start-up refusal: the store folder has an older layout, which ``ragserve store migrate`` brings up to date
+    (after a verified backup). Nothing in it is touched until then."""
+
+    code = "store_layout_outdated"
+    retry_after_s = None
+
+    def __init__(self, root: object, found: int, current: int, command: str) -> None:
+        super().__init__(
+            f"the store folder {root} has layout {found}; this ragserve reads layout {current}. Nothing in it was "
+            f"changed. With the store closed (no serve, worker or optimize on it), migrate it: {command} "
+            "(it first copies the folder to a verified backup beside it)"
+        )
+
+
+class StoreLayoutTooNew(StoreError):
+    """Start-up refusal: the store folder was written by a newer ragserve (a newer layout) or a newer Qdrant Edge
+    engine (whose on-disk format an older engine may not read). Nothing in it is touched."""
+
+    code = "store_layout_too_new"
+    retry_after_s = None
+
+    def __init__(self, root: object, written: str, reads: str) -> None:
+        super().__init__(
+            f"the store folder {root} was written by {written}; this ragserve reads {reads}: upgrade ragserve. "
+            "Nothing in it was changed."
+        )
+
+
+class MigrationFailed(StoreError):
+    """``ragserve store migrate`` stopped before changing the store folder (a backup that could not be made or
+    verified)."""
+
+    code = "store_migration_failed"
+    retry_after_s = None
