@@ -138,6 +138,34 @@ def cmd_delete(args: argparse.Namespace) -> None:
         print(f"  ... and {result.documents - len(result.doc_ids)} more")
 
 
+def cmd_snapshot(args: argparse.Namespace) -> None:
+    """Ask the running API for a snapshot (it takes it while it serves), or list the ones it has."""
+    with _client(args) as client:
+        taken = client.list_snapshots() if args.list else [client.create_snapshot(args.collection)]
+    for snap in taken:
+        counts = ", ".join(f"{c.name} {c.points} points" for c in snap.collections) or "no collections"
+        print(f"{snap.path}  {snap.created_at}  {counts}  manifest sha256 {snap.manifest_sha256}")
+
+
+def cmd_restore(args: argparse.Namespace) -> None:
+    """Restore a snapshot into an empty (or new) data folder, offline: every file is checked first."""
+    from service.store.snapshots import RestoreTargetNotEmpty, SnapshotError, SnapshotNotFound, restore
+
+    settings = _settings(args)
+    if settings.qdrant.url:
+        raise SystemExit("ragserve restore is for the embedded store; restore a Qdrant server's snapshots with "
+                         "Qdrant's own snapshot recovery")
+    data = settings.data_dir
+    if data.exists() and (not data.is_dir() or any(data.iterdir())):
+        raise SystemExit(f"ragserve: {RestoreTargetNotEmpty(data).message}")
+    try:
+        info = restore(args.snapshot, settings.qdrant_path)
+    except (SnapshotError, SnapshotNotFound, RestoreTargetNotEmpty) as exc:
+        raise SystemExit(f"ragserve: {exc.message}") from None
+    counts = ", ".join(f"{n} {p} points" for n, p in sorted(info.collections.items())) or "no collections"
+    print(f"restored {info.id} ({info.created_at}; {counts}) into {settings.qdrant_path}")
+
+
 def cmd_worker(args: argparse.Namespace) -> None:
     from indexer.cli import run_worker
 
@@ -335,6 +363,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="only say which documents would go, and how many")
     api(p)
     p.set_defaults(func=cmd_delete)
+
+    p = sub.add_parser("snapshot", help="snapshot the store through the running API, while it serves (admin key)")
+    p.add_argument("--collection", default=None, help="one collection (default: every one, at one instant)")
+    p.add_argument("--list", action="store_true", help="list the snapshots the API has taken instead")
+    api(p)
+    p.set_defaults(func=cmd_snapshot)
+
+    p = sub.add_parser("restore", help="restore a snapshot into an empty or new data folder (offline)")
+    p.add_argument("snapshot", type=Path, metavar="SNAPSHOT", help="the snapshot's folder (its path as listed)")
+    p.add_argument("--data-dir", type=Path, required=True, help="the data folder to restore into: empty or new")
+    p.set_defaults(func=cmd_restore)
 
     p = sub.add_parser("worker", help="run an indexing worker (the store must not be open elsewhere)")
     p.set_defaults(func=cmd_worker)

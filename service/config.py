@@ -395,6 +395,11 @@ class Settings(BaseSettings):
         Path(".ragserve"), description="Where the embedded store (qdrant/), the SQLite job queue, its uploads and the "
         "runners' logs (logs/) live."
     )
+    snapshot_dir: Path | None = Field(
+        None, description="Where POST /v1/admin/snapshots and `ragserve snapshot` write store snapshots (default: "
+        "<data_dir>-snapshots, beside the data folder: never inside the store, and a data folder lost or wiped "
+        "for a restore leaves them be). Put it on another volume to survive the loss of the data disk.",
+    )
     host: str = Field("127.0.0.1", description="Interface the API listens on (`serve`, `demo`).")
     port: int = Field(8000, description="Port the API listens on.")
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
@@ -451,6 +456,13 @@ class Settings(BaseSettings):
     @property
     def qdrant_path(self) -> Path:
         return self.qdrant.path or self.data_dir / "qdrant"
+
+    @property
+    def snapshots_path(self) -> Path:
+        if self.snapshot_dir is not None:
+            return self.snapshot_dir
+        data = self.data_dir.resolve()
+        return data.parent / f"{data.name or 'ragserve'}-snapshots"
 
     @property
     def job_db_path(self) -> Path:

@@ -30,6 +30,7 @@ from service.api.routes import (
     playground,
     rerank,
     search,
+    snapshots,
 )
 from service.api.state import Services
 from service.auth.keyring import KeyConfigError, keyring_from_settings
@@ -161,7 +162,8 @@ def create_app(
     install_error_handlers(app)
     install_openapi(app, settings, get_profile(settings.profile))
     for router in (health.router, collections.router, deletion.router, ingest.router, search.router,
-                   embeddings.router, rerank.router, models.router, chat.router, mcp.router, playground.router):
+                   embeddings.router, rerank.router, models.router, chat.router, mcp.router, playground.router,
+                   snapshots.router):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes,
                        upload_max_bytes=settings.limits.max_upload_bytes)

@@ -52,6 +52,8 @@ from .models import (
     Retrieval,
     SearchHit,
     SearchResult,
+    Snapshot,
+    SnapshotCollection,
     UpsertResult,
 )
 from .options import IngestOptions
@@ -63,6 +65,7 @@ __all__ = [
     "APIError", "AsyncChatStream", "AsyncClient", "ChatResult", "ChatStream", "Citation", "Client", "Collection",
     "Conflict", "ConnectionFailed", "DeleteResult", "Document", "Embeddings", "Forbidden", "ImageInfo", "IngestOptions",
     "InvalidRequest", "Job", "JobCounts", "JobProgress", "NotFound", "PayloadTooLarge", "RagserveClientError",
-    "RateLimited", "RerankResult", "Retrieval", "SearchHit", "SearchResult", "ServerError", "Timeout",
+    "RateLimited", "RerankResult", "Retrieval", "SearchHit", "SearchResult", "ServerError", "Snapshot",
+    "SnapshotCollection", "Timeout",
     "Unauthorized", "Unavailable", "UpsertResult", "__version__", "data_url",
 ]

@@ -24,6 +24,7 @@ from .models import (
     Job,
     RerankResult,
     SearchResult,
+    Snapshot,
     UpsertResult,
 )
 from .options import IngestOptions
@@ -222,6 +223,19 @@ class ClientBase:
     @operation
     def cancel_job(self, job_id: str) -> Operation[Job]:
         return Job.model_validate((yield from self._json(Call("DELETE", f"/v1/jobs/{_name(job_id)}"))))
+
+    # --- admin --------------------------------------------------------------------------------------
+
+    @operation
+    def create_snapshot(self, collection: str | None = None) -> Operation[Snapshot]:
+        """Snapshot one collection, or every one (an admin key), on the API's machine while it serves."""
+        body = {} if collection is None else {"collection": collection}
+        return Snapshot.model_validate((yield from self._json(Call("POST", "/v1/admin/snapshots", json=body))))
+
+    @operation
+    def list_snapshots(self) -> Operation[list[Snapshot]]:
+        body = yield from self._json(Call("GET", "/v1/admin/snapshots"))
+        return [Snapshot.model_validate(s) for s in body["snapshots"]]
 
     @operation
     def wait_for_job(self, job_id: str, *, progress: ProgressCallback | None = None, poll_s: float = 0.5,

@@ -25,6 +25,24 @@ class Collection(_Model):
     sparse: dict[str, Any] | None = None
 
 
+class SnapshotCollection(_Model):
+    name: str
+    points: int
+
+
+class Snapshot(_Model):
+    """A store snapshot on the API's machine (``ragserve restore PATH`` restores it there, offline)."""
+
+    id: str
+    path: str
+    created_at: str
+    backend: str
+    collections: list[SnapshotCollection]
+    files: int
+    bytes: int
+    manifest_sha256: str
+
+
 class UpsertResult(_Model):
     collection: str
     upserted: int

@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 from service.sparse.config import SparseConfig, SparseStats
+from service.store.snapshots import SnapshotError, SnapshotInfo
 from service.store.types import (
     Chunk,
     CollectionInfo,
@@ -56,6 +58,11 @@ class VectorStore(ABC):
 
     @abstractmethod
     async def ping(self) -> bool: ...
+
+    async def snapshot(self, name: str | None, dest: Path) -> SnapshotInfo:
+        """A consistent copy of one collection (``name``) or of all of them, as the snapshot folder ``dest``
+        (:mod:`service.store.snapshots`), taken while the store serves: searches go on, writes wait for it."""
+        raise SnapshotError(f"the {self.backend} store cannot take snapshots", code="snapshot_unsupported")
 
     def check_writable(self, need_bytes: int = 0) -> None:
         """Raise :class:`~service.store.errors.StoreFull` when a write of about ``need_bytes`` cannot be taken

@@ -42,7 +42,7 @@ import re
 import shutil
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
+from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,6 +52,7 @@ import qdrant_edge as qe
 
 from service.deadline import Deadline, acquire_within, within
 from service.sparse.config import SparseConfig, SparseStats
+from service.store import snapshots
 from service.store.atomic import write_json as _write_json
 from service.store.base import VectorStore, check_vectors
 from service.store.errors import (
@@ -61,7 +62,7 @@ from service.store.errors import (
     StoreFull,
     StoreTimeout,
 )
-from service.store.layout import lock_store
+from service.store.layout import ENGINE, MARKER, engine_version, lock_store
 from service.store.types import (
     DENSE,
     INTERNAL_INDEXES,
@@ -191,6 +192,39 @@ class EdgeStore(VectorStore):
 
     async def ping(self) -> bool:
         return self._lock_file is not None
+
+    async def snapshot(self, name: str | None, dest: Path) -> snapshots.SnapshotInfo:
+        """Flush and copy the collections' folders with every one of their write locks held (and no collection
+        created meanwhile): the copy is of one instant, at which every write acknowledged before this call is in
+        and every write is whole (a write holds its collection's lock from its first slice to its last). Searches
+        go on throughout (they take no lock, and the copy runs in a thread); writes wait for the copy, not for the
+        checksums, which are computed from the copy afterwards."""
+        snapshots.check_location(dest, self.root)
+        folder = await asyncio.to_thread(snapshots.staging, dest)
+        try:
+            async with self._create_lock, AsyncExitStack() as held:
+                colls = [self._get(name)] if name is not None else [
+                    c for _, c in sorted(self._collections.items()) if not c.closed]
+                for coll in colls:  # in name order, as every caller that takes several would
+                    await held.enter_async_context(coll.write_lock)
+                counts: dict[str, int] = {}
+                for coll in colls:
+                    cname = coll.info.name
+                    if coll.closed:  # deleted while this call waited for its lock
+                        raise CollectionNotFound(cname)
+                    await self._run(cname, coll.shard.flush)
+                    counts[cname] = int(await self._run(
+                        cname, lambda coll=coll: coll.shard.count(qe.CountRequest(exact=True))))
+                need = await asyncio.to_thread(_allocated_bytes, [c.folder for c in colls])
+                check_free_space(folder, self._min_free, need)
+                await asyncio.to_thread(snapshots.copy_store_files, self.root, MARKER, [c.folder for c in colls],
+                                        folder)
+            engine = {"name": ENGINE, "version": engine_version()}
+            return await asyncio.to_thread(snapshots.seal, folder, dest, backend=self.backend, engine=engine,
+                                           counts=counts, marker=MARKER)
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, folder, True)
+            raise
 
     # --- engine calls ----------------------------------------------------------------------------------
 
@@ -492,6 +526,11 @@ def _write_bytes(chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
         size += 256 + len(c.text.encode("utf-8")) + len(json.dumps(c.metadata, ensure_ascii=False, default=str))
         size += 4 * len(vectors[i]) + (8 * len(sparse[i].indices) if sparse is not None else 0)
     return WRITE_COPIES * size
+
+
+def _allocated_bytes(folders: Sequence[Path]) -> int:
+    """What copies of these folders take on disk (without holes: ``service.store.files.copy_sparse``)."""
+    return sum(p.stat().st_blocks * 512 for folder in folders for p in folder.rglob("*") if p.is_file())
 
 
 def _flush_and_close(shard: qe.EdgeShard) -> None:

@@ -12,9 +12,6 @@ The lock file (``.lock``, which says who holds the lock) is neither copied nor c
 
 from __future__ import annotations
 
-import errno
-import hashlib
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +20,7 @@ from pathlib import Path
 
 from service.store.atomic import write_json
 from service.store.errors import MigrationFailed
+from service.store.files import copy_sparse, sha256_file
 from service.store.layout import (
     LAYOUT,
     MARKER,
@@ -123,33 +121,6 @@ def _backup(root: Path, backup: Path, progress: Callable[[str], None]) -> tuple[
     return files, total
 
 
-def copy_sparse(src: str, dst: str) -> None:
-    """``shutil.copy2``, holes kept: the engine preallocates its write-ahead log (32 MB segments, a few KB written
-    in a small collection), and a plain copy would write every hole out as zeros (a 0.6 MB store backed up as
-    168 MB, measured). Only the extents that hold data are copied (``SEEK_DATA``/``SEEK_HOLE``); a file system
-    without holes reports the whole file as data."""
-    with open(src, "rb") as fi, open(dst, "wb") as fo:
-        size = os.fstat(fi.fileno()).st_size
-        pos = 0
-        while pos < size:
-            try:
-                start = os.lseek(fi.fileno(), pos, os.SEEK_DATA)
-            except OSError as exc:  # ENXIO: nothing but a hole from pos to the end
-                if exc.errno != errno.ENXIO:
-                    raise
-                break
-            end = os.lseek(fi.fileno(), start, os.SEEK_HOLE)
-            fi.seek(start)
-            fo.seek(start)
-            left = end - start
-            while left > 0 and (chunk := fi.read(min(left, 1 << 20))):
-                fo.write(chunk)
-                left -= len(chunk)
-            pos = end
-        fo.truncate(size)
-    shutil.copystat(src, dst)
-
-
 def manifest(folder: Path) -> Manifest:
     """Every file (size and sha256) and folder under ``folder``, by relative path; the lock file left out."""
     found: Manifest = {}
@@ -163,9 +134,5 @@ def manifest(folder: Path) -> Manifest:
         if path.is_dir():
             found[rel] = (-1, "")
             continue
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-        found[rel] = (path.stat().st_size, digest.hexdigest())
+        found[rel] = (path.stat().st_size, sha256_file(path))
     return found

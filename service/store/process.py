@@ -43,6 +43,7 @@ import numpy as np
 from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore
 from service.store.errors import StoreError
+from service.store.snapshots import SnapshotInfo
 from service.store.types import Chunk, CollectionInfo, DocState, Filter, Fusion, Hit, ModeScores, SparseVector
 
 log = logging.getLogger("ragserve.store")
@@ -324,6 +325,10 @@ class ProcessStore(VectorStore):
 
     async def ping(self) -> bool:
         return bool(self._process.poll() is None and await self._run("ping"))
+
+    async def snapshot(self, name: str | None, dest: Path) -> SnapshotInfo:
+        """Taken by the child (it holds the shards and their write locks); its searches go on meanwhile."""
+        return await self._run("snapshot", name, dest)
 
     def check_writable(self, need_bytes: int = 0) -> None:
         from service.store.edge import check_free_space
