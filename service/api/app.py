@@ -30,6 +30,7 @@ from service.api.routes import (
     playground,
     rerank,
     search,
+    transfer,
 )
 from service.api.state import Services
 from service.auth.keyring import KeyConfigError, keyring_from_settings
@@ -161,10 +162,12 @@ def create_app(
     install_error_handlers(app)
     install_openapi(app, settings, get_profile(settings.profile))
     for router in (health.router, collections.router, deletion.router, ingest.router, search.router,
-                   embeddings.router, rerank.router, models.router, chat.router, mcp.router, playground.router):
+                   embeddings.router, rerank.router, models.router, chat.router, mcp.router, playground.router,
+                   transfer.router):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes,
-                       upload_max_bytes=settings.limits.max_upload_bytes)
+                       upload_max_bytes=settings.limits.max_upload_bytes,
+                       import_max_bytes=settings.limits.max_import_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(TracingMiddleware)
     app.add_middleware(RequestContextMiddleware)  # outermost: even a refused body gets its id

@@ -25,6 +25,8 @@ ROUTE_SCOPES: dict[tuple[str, str], frozenset[Scope]] = {
     ("DELETE", "/v1/collections/{name}/documents/{doc_id:path}"): WRITE,
     ("POST", "/v1/collections/{name}/documents/delete"): WRITE,
     ("POST", "/v1/collections/{name}/ingest"): WRITE,
+    ("GET", "/v1/collections/{name}/export"): ADMIN,
+    ("POST", "/v1/collections/{name}/import"): ADMIN,
     ("GET", "/v1/jobs"): JOBS,
     ("GET", "/v1/jobs/{job_id}"): JOBS,
     ("DELETE", "/v1/jobs/{job_id}"): JOBS,

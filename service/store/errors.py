@@ -6,7 +6,7 @@ Hierarchy::
     ├── StoreTimeout (504)
     ├── StoreFull (507: the data disk is full; nothing was written)
     ├── LegacyStoreLayout, StoreLocked (start-up refusals of the embedded store)
-    CollectionNotFound (404), CollectionExists (409)
+    CollectionNotFound (404), CollectionExists (409), CollectionImporting (409)
 """
 
 from __future__ import annotations
@@ -45,6 +45,17 @@ class CollectionExists(Conflict):
 
     def __init__(self, name: str) -> None:
         super().__init__(f"collection {name!r} already exists", param="name")
+
+
+class CollectionImporting(Conflict):
+    """The collection's import (``service.transfer``) has not ended: it is incomplete."""
+
+    code = "collection_importing"
+
+    def __init__(self, name: str, export_id: str) -> None:
+        super().__init__(
+            f"collection {name!r} is still being imported (export {export_id}): it is incomplete until its import "
+            "ends. Run the same import again to finish it, or delete the collection.", param="collection")
 
 
 class StoreFull(StoreError):

@@ -9,7 +9,10 @@ Hierarchy::
     ImportConflict (409)                    the file does not fit this service or the target collection:
                                             model_mismatch, dimension_mismatch, sparse_settings_mismatch,
                                             collection_not_empty, collection_importing, import_in_progress
-    CollectionImporting (409 collection_importing)   a search or export of a collection still importing
+    ImportInterrupted (400 import_interrupted)  the body ended with the connection (the client went away): the
+                                            collection stays marked as importing; the same import resumes it
+    (``service.store.errors.CollectionImporting``, 409 collection_importing: a search or an export of a
+    collection whose import has not ended, or an import of another export into it)
 
 An :class:`InvalidExport` found after points were written deletes the collection the import created; a
 collection that existed before the import (an empty one, or an unfinished import of the same export) is left
@@ -18,7 +21,7 @@ as it was, still marked as importing.
 
 from __future__ import annotations
 
-from service.errors import Conflict, InvalidInput
+from service.errors import BadRequest, Conflict, InvalidInput
 
 
 class InvalidExport(InvalidInput):
@@ -44,10 +47,9 @@ class ImportConflict(Conflict):
         super().__init__(message, code=code, param=param)
 
 
-class CollectionImporting(Conflict):
-    code = "collection_importing"
+class ImportInterrupted(BadRequest):
+    code = "import_interrupted"
 
-    def __init__(self, name: str, export_id: str) -> None:
-        super().__init__(
-            f"collection {name!r} is still being imported (export {export_id}): it is incomplete until its import "
-            "ends. Re-run the same import to finish it, or delete the collection.", param="collection")
+    def __init__(self) -> None:
+        super().__init__("the request body ended with its connection before the export's end: the collection stays "
+                         "marked as importing; run the same import again to finish it", param="body")

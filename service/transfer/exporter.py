@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 
 from service import __version__
 from service.store.base import VectorStore
+from service.store.errors import CollectionImporting
 from service.store.types import CollectionInfo
-from service.transfer.errors import CollectionImporting
 from service.transfer.format import FORMAT, VERSION, ExportHeader, ExportWriter
 
 PAGE_SIZE = 256

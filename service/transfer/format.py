@@ -121,7 +121,7 @@ def encode_point(p: StoredPoint) -> dict[str, Any]:
 # --- reading ----------------------------------------------------------------------------------------------
 
 class ExportReader:
-    """Decompresses and parses an export fed to it in arbitrary pieces. :meth:`feed` returns what the piece
+    """Decompresses and parses an export fed to it in arbitrary pieces. :meth:`feed` yields what the piece
     completed (the header first, then :class:`ImportPoint` s); :meth:`finish` checks the end. Errors are
     :class:`InvalidExport` and its subclasses, raised as soon as they can be known."""
 
@@ -134,11 +134,13 @@ class ExportReader:
         self.line_no = 0
         self._ended = False
 
-    def feed(self, data: bytes) -> list[ExportHeader | ImportPoint]:
+    def feed(self, data: bytes) -> Iterator[ExportHeader | ImportPoint]:
+        """The items this piece completes, parsed one by one as the caller takes them (so a header that is
+        refused is refused before the lines after it are read); take them all before the next piece."""
         if self._unzip.eof:
             if data:
                 raise InvalidExport("data after the end of the gzip stream")
-            return []
+            return iter(())
         try:
             raw = self._unzip.decompress(data, MAX_LINE_BYTES)
             while self._unzip.unconsumed_tail and not self._unzip.eof:
@@ -149,7 +151,7 @@ class ExportReader:
             raise ExportCorrupt(f"the gzip stream is damaged ({exc})", line=self.line_no + 1) from None
         if self._unzip.unused_data.strip(b"\x00"):
             raise InvalidExport("data after the end of the gzip stream")
-        return list(self._lines(raw))
+        return self._lines(raw)
 
     def _lines(self, raw: bytes) -> Iterator[ExportHeader | ImportPoint]:
         self._pending += raw

@@ -23,9 +23,9 @@ import numpy as np
 from service.profiles import EmbeddingModel
 from service.sparse.config import SparseStats
 from service.store.base import VectorStore
-from service.store.errors import CollectionNotFound
+from service.store.errors import CollectionImporting, CollectionNotFound
 from service.store.types import CollectionInfo
-from service.transfer.errors import CollectionImporting, ImportConflict, InvalidExport
+from service.transfer.errors import ImportConflict, InvalidExport
 from service.transfer.format import ExportHeader, ExportReader, ImportPoint
 
 log = logging.getLogger("ragserve.transfer")
