@@ -80,7 +80,7 @@ async def test_every_route_for_every_scope(minilm_settings: Settings) -> None:
     routes = sorted({(m, r.path) for r in app.routes for m in getattr(r, "methods", ()) if m != "HEAD"})
     public = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/health"}
     routes = [r for r in routes if r[1] not in public and not r[1].startswith("/ui")]  # the playground's static page
-    assert len(routes) == len(ROUTE_SCOPES) == 24
+    assert len(routes) == len(ROUTE_SCOPES) == 26
     seen: dict[tuple[str, str, str], int] = {}
     async with app_client(minilm_settings, api_key=None) as client:
         for scope, key in SCOPE_KEYS.items():
@@ -107,7 +107,8 @@ async def test_every_route_for_every_scope(minilm_settings: Settings) -> None:
     assert {(m, p) for s, m, p in granted if s == "admin"} == {
         ("GET", "/ready"), ("GET", "/metrics"), ("GET", "/v1/collections"), ("GET", "/v1/collections/{name}"),
         ("POST", "/v1/collections"), ("DELETE", "/v1/collections/{name}"), ("GET", "/v1/jobs"),
-        ("GET", "/v1/jobs/{job_id}"), ("DELETE", "/v1/jobs/{job_id}")}
+        ("GET", "/v1/jobs/{job_id}"), ("DELETE", "/v1/jobs/{job_id}"), ("GET", "/v1/collections/{name}/export"),
+        ("POST", "/v1/collections/{name}/import")}
     assert {(m, p) for s, m, p in granted if s == "write"} == {
         ("GET", "/ready"), ("GET", "/v1/collections"), ("GET", "/v1/collections/{name}"),
         ("POST", "/v1/collections/{name}/documents"), ("DELETE", "/v1/collections/{name}/documents/{doc_id:path}"),
