@@ -166,6 +166,26 @@ def cmd_restore(args: argparse.Namespace) -> None:
     print(f"restored {info.id} ({info.created_at}; {counts}) into {settings.qdrant_path}")
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    """Download a collection as a portable file (points, vectors, settings) through the running API."""
+    from service.transfer.cli import export_collection
+
+    url, key = _api(args)
+    path = export_collection(url, key, args.collection, Path(args.output) if args.output else None, quiet=args.quiet)
+    print(path)
+
+
+def cmd_import(args: argparse.Namespace) -> None:
+    """Upload an export file into a collection through the running API: no embedding call."""
+    from service.transfer.cli import import_collection
+
+    url, key = _api(args)
+    result = import_collection(url, key, Path(args.file), args.collection, quiet=args.quiet)
+    how = "resumed and finished" if result["resumed"] else "created" if result["created"] else "filled"
+    print(f"{how} '{result['collection']}': {result['points']} points imported, {result['stored']} stored "
+          f"(export {result['export_id']})")
+
+
 def cmd_worker(args: argparse.Namespace) -> None:
     from indexer.cli import run_worker
 
@@ -374,6 +394,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("snapshot", type=Path, metavar="SNAPSHOT", help="the snapshot's folder (its path as listed)")
     p.add_argument("--data-dir", type=Path, required=True, help="the data folder to restore into: empty or new")
     p.set_defaults(func=cmd_restore)
+
+    p = sub.add_parser("export", help="download a collection (points, vectors, settings) as a .ragserve.jsonl.gz "
+                       "file, through the running API")
+    p.add_argument("collection")
+    p.add_argument("-o", "--output", default=None, help="the file (default: COLLECTION.ragserve.jsonl.gz)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    api(p)
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("import", help="upload an export file into a new (or empty) collection, through the running "
+                       "API, with no embedding call; run it again to finish one that was cut off")
+    p.add_argument("file")
+    p.add_argument("--collection", default=None, help="the target collection (default: the exported one's name)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    api(p)
+    p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("worker", help="run an indexing worker (the store must not be open elsewhere)")
     p.set_defaults(func=cmd_worker)

@@ -298,6 +298,10 @@ class Limits(BaseModel):
         32_000_000, description="Body limit of every request but multipart ingest (413 request_too_large)."
     )
     max_upload_bytes: int = Field(1_000_000_000, description="Body limit of multipart ingest requests.")
+    max_import_bytes: int = Field(
+        1 << 40, description="Body limit of a collection import (POST /v1/collections/{name}/import: a "
+        ".ragserve.jsonl.gz export, read as it streams, in constant memory).",
+    )
     max_upload_files: int = Field(10_000, description="Files in one multipart ingest request.")
     max_query_chars: int = Field(
         4096, description="Characters of a search query or chat question (422 query_too_long)."

@@ -31,6 +31,7 @@ from service.api.routes import (
     rerank,
     search,
     snapshots,
+    transfer,
 )
 from service.api.state import Services
 from service.auth.keyring import KeyConfigError, keyring_from_settings
@@ -163,10 +164,11 @@ def create_app(
     install_openapi(app, settings, get_profile(settings.profile))
     for router in (health.router, collections.router, deletion.router, ingest.router, search.router,
                    embeddings.router, rerank.router, models.router, chat.router, mcp.router, playground.router,
-                   snapshots.router):
+                   snapshots.router, transfer.router):
         app.include_router(router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes,
-                       upload_max_bytes=settings.limits.max_upload_bytes)
+                       upload_max_bytes=settings.limits.max_upload_bytes,
+                       import_max_bytes=settings.limits.max_import_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(TracingMiddleware)
     app.add_middleware(RequestContextMiddleware)  # outermost: even a refused body gets its id

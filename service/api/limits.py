@@ -12,10 +12,12 @@ from service.api.json_body import BodyError
 class BodySizeLimit:
     """Answers 413 for a Content-Length over ``max_bytes``, and stops a body that streams past it."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, upload_max_bytes: int | None = None) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, upload_max_bytes: int | None = None,
+                 import_max_bytes: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.upload_max_bytes = upload_max_bytes or max_bytes
+        self.import_max_bytes = import_max_bytes or max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -25,6 +27,8 @@ class BodySizeLimit:
         limit = self.max_bytes
         if scope["path"].endswith("/ingest") and headers.get(b"content-type", b"").startswith(b"multipart/"):
             limit = self.upload_max_bytes
+        elif scope["path"].endswith("/import") and scope["method"] == "POST":  # streamed into the store as it comes
+            limit = self.import_max_bytes
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             await self._refuse(send, limit)

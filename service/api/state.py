@@ -19,6 +19,7 @@ from service.profiles import Profile
 from service.search.service import SearchService
 from service.security.fetch import SafeFetcher
 from service.store.base import VectorStore
+from service.transfer.importer import Importer
 
 
 @dataclass
@@ -40,6 +41,11 @@ class Services:
     chat: ChatHandler | None = None
     started_at: int = field(default_factory=lambda: int(time.time()))
     """When the services were built (Unix seconds): the ``created`` of /v1/models."""
+    importer: Importer = field(init=False)
+    """Collection imports into ``store`` (one at a time per collection)."""
+
+    def __post_init__(self) -> None:
+        self.importer = Importer(self.store, self.embedder.model)
 
     async def aclose(self) -> None:
         await self.jobs.close()

@@ -27,6 +27,8 @@ ROUTE_SCOPES: dict[tuple[str, str], frozenset[Scope]] = {
     ("POST", "/v1/collections/{name}/ingest"): WRITE,
     ("POST", "/v1/admin/snapshots"): ADMIN,
     ("GET", "/v1/admin/snapshots"): ADMIN,
+    ("GET", "/v1/collections/{name}/export"): ADMIN,
+    ("POST", "/v1/collections/{name}/import"): ADMIN,
     ("GET", "/v1/jobs"): JOBS,
     ("GET", "/v1/jobs/{job_id}"): JOBS,
     ("DELETE", "/v1/jobs/{job_id}"): JOBS,

@@ -20,7 +20,7 @@ from service.docs.markdown import REPO_ROOT
 from service.errors import RagserveError
 
 ERROR_MODULES = ("service.errors", "service.clients.errors", "service.store.errors", "service.media.errors",
-                 "service.security.errors")
+                 "service.security.errors", "service.transfer.errors")
 SCANNED = ("service", "indexer")
 SKIPPED = ("service/client", "service/docs")
 """The Python client (it maps codes, it raises none) and this package."""

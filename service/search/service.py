@@ -15,6 +15,7 @@ from service.errors import BadRequest, Conflict
 from service.observability.tracing import stage
 from service.sparse.normalisation import encoder
 from service.store.base import VectorStore
+from service.store.errors import CollectionImporting
 from service.store.tenancy import Tenant, read_scope
 from service.store.types import Filter, Fusion, Hit, SparseVector, both
 
@@ -91,6 +92,8 @@ class SearchService:
         started = time.perf_counter()
 
         info = await self.store.describe(q.collection)
+        if info.importing is not None:  # an unfinished import: its hits would be a part of the collection's
+            raise CollectionImporting(q.collection, info.importing)
         try:
             self.embedder.model.check_dimensions(info.dimensions)
         except ValueError as exc:

@@ -31,6 +31,7 @@ from service.store.types import (
     MatchAny,
     ModeScores,
     SparseVector,
+    StoredPoint,
     both,
     doc_filter,
     stale_versions,
@@ -129,6 +130,16 @@ class VectorStore(ABC):
     @abstractmethod
     def scroll_texts(self, name: str, page_size: int = 512) -> AsyncIterator[list[tuple[str, str]]]:
         """Every point's (id, text), a page at a time."""
+
+    @abstractmethod
+    def export_points(self, name: str, page_size: int = 256) -> AsyncIterator[list[StoredPoint]]:
+        """Every point with its whole payload and both vectors, a page at a time, in id order (a scroll: not a
+        snapshot; a write during it may or may not be seen)."""
+
+    @abstractmethod
+    async def set_importing(self, name: str, export_id: str | None) -> CollectionInfo:
+        """Mark the collection as holding an import under way (``export_id``), or clear the mark (None); its
+        other settings stay."""
 
     @abstractmethod
     async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:

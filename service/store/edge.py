@@ -81,6 +81,7 @@ from service.store.types import (
     Range,
     SparseVector,
     StateCollector,
+    StoredPoint,
 )
 
 log = logging.getLogger("ragserve.store")
@@ -420,6 +421,25 @@ class EdgeStore(VectorStore):
             if offset is None:
                 return
 
+    async def export_points(self, name: str, page_size: int = 256) -> AsyncIterator[list[StoredPoint]]:
+        coll = self._get(name)
+        offset: Any = None
+        while True:
+            request = qe.ScrollRequest(offset=offset, limit=page_size, with_payload=True, with_vector=True)
+            records, offset = await self._run(name, lambda request=request: coll.shard.scroll(request))
+            yield [_stored(r) for r in records]
+            if offset is None:
+                return
+
+    async def set_importing(self, name: str, export_id: str | None) -> CollectionInfo:
+        coll = self._get(name)
+        info = replace(coll.info, importing=export_id)
+        meta = {"dimensions": info.dimensions, **info.metadata()}
+        self.check_space(SMALL_WRITE_BYTES)
+        await self._run(name, lambda: _write_json(coll.folder / "collection.json", meta))
+        coll.info = info
+        return info
+
     async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
         coll = self._get(name)
         async with coll.write_lock:
@@ -493,6 +513,12 @@ def _upsert(shard: qe.EdgeShard, name: str, chunks: Sequence[Chunk], vectors: Se
         points.append(qe.Point(c.id_in(name), vector, c.payload()))
     shard.update(qe.UpdateOperation.upsert_points(points))
 
+
+def _stored(record: Any) -> StoredPoint:
+    vectors = record.vector or {}
+    sparse = vectors.get(SPARSE)
+    return StoredPoint(str(record.id), dict(record.payload or {}), vectors[DENSE],
+                       SparseVector(list(sparse.indices), list(sparse.values)) if sparse is not None else None)
 
 
 def check_free_space(root: Path, min_free: int, need_bytes: int) -> None:

@@ -8,7 +8,7 @@ Hierarchy::
     ├── LegacyStoreLayout, StoreLocked (start-up refusals of the embedded store)
     ├── StoreLayoutOutdated (an older layout: ``ragserve store migrate``), StoreLayoutTooNew (upgrade ragserve)
     ├── MigrationFailed (``ragserve store migrate`` stopped; the folder is as it was)
-    CollectionNotFound (404), CollectionExists (409)
+    CollectionNotFound (404), CollectionExists (409), CollectionImporting (409)
 """
 
 from __future__ import annotations
@@ -47,6 +47,17 @@ class CollectionExists(Conflict):
 
     def __init__(self, name: str) -> None:
         super().__init__(f"collection {name!r} already exists", param="name")
+
+
+class CollectionImporting(Conflict):
+    """The collection's import (``service.transfer``) has not ended: it is incomplete."""
+
+    code = "collection_importing"
+
+    def __init__(self, name: str, export_id: str) -> None:
+        super().__init__(
+            f"collection {name!r} is still being imported (export {export_id}): it is incomplete until its import "
+            "ends. Run the same import again to finish it, or delete the collection.", param="collection")
 
 
 class StoreFull(StoreError):

@@ -44,7 +44,17 @@ from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore
 from service.store.errors import StoreError
 from service.store.snapshots import SnapshotInfo
-from service.store.types import Chunk, CollectionInfo, DocState, Filter, Fusion, Hit, ModeScores, SparseVector
+from service.store.types import (
+    Chunk,
+    CollectionInfo,
+    DocState,
+    Filter,
+    Fusion,
+    Hit,
+    ModeScores,
+    SparseVector,
+    StoredPoint,
+)
 
 log = logging.getLogger("ragserve.store")
 
@@ -410,12 +420,28 @@ class ProcessStore(VectorStore):
         return await self._run("count", name, where)
 
     async def scroll_texts(self, name: str, page_size: int = 512) -> AsyncIterator[list[tuple[str, str]]]:
-        cursor = await self._run("_scroll_open", name, page_size)
+        async for page in self._pages("scroll_texts", name, page_size):
+            yield page
+
+    async def export_points(self, name: str, page_size: int = 256) -> AsyncIterator[list[StoredPoint]]:
+        async for ids, payloads, matrix, sparse in self._pages("export_points", name, page_size):
+            yield [StoredPoint(i, p, matrix[row], s)
+                   for row, (i, p, s) in enumerate(zip(ids, payloads, sparse, strict=True))]
+
+    async def _pages(self, method: str, name: str, page_size: int) -> AsyncIterator[Any]:
+        """One of the child store's paged iterators, a page per round trip (the child keeps the cursor)."""
+        cursor = await self._run("_scroll_open", method, name, page_size)
         try:
             while (page := await self._run("_scroll_next", cursor)) is not None:
                 yield page
         finally:
             await self._run("_scroll_close", cursor)
+
+    async def set_importing(self, name: str, export_id: str | None) -> CollectionInfo:
+        self._describe.pop(name, None)
+        info = await self._run("set_importing", name, export_id)
+        self._describe[name] = info
+        return info
 
     async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
         await self._run("set_sparse_vectors", name, list(vectors))
@@ -427,6 +453,14 @@ def _as_matrix(vectors: Sequence[Sequence[float]], rows: int = 64) -> np.ndarray
     if not vectors:
         return np.zeros((0, 0), dtype=np.float32)
     return np.concatenate([np.asarray(vectors[i:i + rows], dtype=np.float32) for i in range(0, len(vectors), rows)])
+
+
+async def _packed(pages: AsyncIterator[list[StoredPoint]]) -> AsyncIterator[tuple[Any, ...]]:
+    """Export pages as they cross the pipe: the dense vectors as one float32 matrix (a memory copy, not a
+    thousand floats per point pickled one by one), the rest as lists."""
+    async for page in pages:
+        matrix = np.asarray([p.dense for p in page], dtype=np.float32) if page else np.zeros((0, 0), np.float32)
+        yield [p.id for p in page], [p.payload for p in page], matrix, [p.sparse for p in page]
 
 
 # --- failures across the pipe ---------------------------------------------------------------------------------
@@ -477,7 +511,7 @@ async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
         if first is not None:
             await send((first[0], False, _describe_exception(exc)))
         return
-    cursors: dict[int, AsyncIterator[list[tuple[str, str]]]] = {}
+    cursors: dict[int, AsyncIterator[Any]] = {}
     ids = itertools.count()
     tasks: set[asyncio.Task[None]] = set()
 
@@ -490,7 +524,9 @@ async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
                 value = await store.upsert(name, chunks, matrix.tolist(), sparse)
             elif method == "_scroll_open":
                 cursor = next(ids)
-                cursors[cursor] = aiter(store.scroll_texts(*args))
+                scroll, rest = args[0], args[1:]
+                cursors[cursor] = (aiter(store.scroll_texts(*rest)) if scroll == "scroll_texts"
+                                   else _packed(store.export_points(*rest)))
                 value = cursor
             elif method == "_scroll_next":
                 try:

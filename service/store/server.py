@@ -43,6 +43,7 @@ from service.store.types import (
     Range,
     SparseVector,
     StateCollector,
+    StoredPoint,
 )
 
 T = TypeVar("T")
@@ -167,8 +168,7 @@ class ServerStore(VectorStore):
     async def get_collection(self, name: str) -> CollectionInfo:
         self._described.pop(name, None)
         info = await self.describe(name)
-        return CollectionInfo(info.name, info.dimensions, await self.count(name), info.model, info.filter_fields,
-                              info.sparse)
+        return replace(info, points=await self.count(name))
 
     async def delete_collection(self, name: str) -> None:
         if not await self._call(lambda: self.client.collection_exists(name)):
@@ -279,6 +279,25 @@ class ServerStore(VectorStore):
             if offset is None:
                 return
 
+    async def export_points(self, name: str, page_size: int = 256) -> AsyncIterator[list[StoredPoint]]:
+        offset: Any = None
+        while True:
+            points, offset = await self._call(
+                lambda offset=offset: self.client.scroll(name, limit=page_size, offset=offset, with_payload=True,
+                                                         with_vectors=True),
+                name,
+            )
+            yield [_stored(p) for p in points]
+            if offset is None:
+                return
+
+    async def set_importing(self, name: str, export_id: str | None) -> CollectionInfo:
+        self._described.pop(name, None)  # another replica may have changed it: start from what the server holds
+        info = replace(await self.describe(name), importing=export_id)
+        await self._call(lambda: self.client.update_collection(name, metadata=info.metadata()), name)
+        self._described[name] = (self._clock(), info)
+        return info
+
     async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
         points = [models.PointVectors(id=pid, vector={SPARSE: _sparse(v)}) for pid, v in vectors]
         await self._call(lambda: self.client.update_vectors(name, points=points, wait=True), name)
@@ -293,6 +312,17 @@ def _status_error(exc: UnexpectedResponse) -> StoreError:
     if exc.status_code == 504:
         return StoreTimeout("Qdrant answered 504 (its own timeout)")
     return StoreError(f"Qdrant answered {exc.status_code}")
+
+
+def _stored(point: models.Record) -> StoredPoint:
+    vectors = point.vector if isinstance(point.vector, dict) else {}
+    sparse = vectors.get(SPARSE)
+    dense = vectors.get(DENSE)
+    if not isinstance(dense, list):
+        raise StoreError(f"point {point.id} has no dense vector {DENSE!r}")
+    return StoredPoint(str(point.id), dict(point.payload or {}), dense,  # type: ignore[arg-type]
+                       SparseVector(list(sparse.indices), list(sparse.values))
+                       if isinstance(sparse, models.SparseVector) else None)
 
 
 def _sparse(v: SparseVector) -> models.SparseVector:

@@ -105,6 +105,9 @@ class CollectionInfo:
     quantization: str | None = None
     """``"int8"`` once ``ragserve optimize --int8`` quantized the dense vectors (embedded store only): its dense
     searches then oversample and rescore (``RAGSERVE_QDRANT__INT8_OVERSAMPLING``)."""
+    importing: str | None = None
+    """The export id of an import still under way (``service.transfer``): set before its first point is written,
+    cleared after its last; a collection that holds it is incomplete (searches answer 409)."""
 
     def metadata(self) -> dict[str, Any]:
         """What is stored beside the collection (the engine keeps dimensions itself)."""
@@ -114,6 +117,7 @@ class CollectionInfo:
             meta["sparse_stats"] = (self.sparse_stats or SparseStats()).model_dump()
         if self.quantization is not None:
             meta["quantization"] = self.quantization
+        meta["importing"] = self.importing  # always: a Qdrant server merges metadata keys, a None clears it
         return meta
 
     @classmethod
@@ -125,8 +129,19 @@ class CollectionInfo:
             name=name, dimensions=dimensions, points=points, model=meta.get("model"),
             filter_fields=dict(meta.get("filter_fields") or {}), sparse=sparse,
             sparse_stats=SparseStats(**meta["sparse_stats"]) if meta.get("sparse_stats") else None,
-            quantization=meta.get("quantization"),
+            quantization=meta.get("quantization"), importing=meta.get("importing"),
         )
+
+
+@dataclass(frozen=True)
+class StoredPoint:
+    """A point as the store holds it, for an export: its id, its whole payload, its dense vector (as stored: the
+    engine normalises cosine vectors on write) and its sparse vector (None where it has none)."""
+
+    id: str
+    payload: dict[str, Any]
+    dense: Sequence[float]
+    sparse: SparseVector | None = None
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,8 @@ async def test_every_route_for_every_scope(minilm_settings: Settings) -> None:
         ("GET", "/ready"), ("GET", "/metrics"), ("GET", "/v1/collections"), ("GET", "/v1/collections/{name}"),
         ("POST", "/v1/collections"), ("DELETE", "/v1/collections/{name}"), ("GET", "/v1/jobs"),
         ("GET", "/v1/jobs/{job_id}"), ("DELETE", "/v1/jobs/{job_id}"), ("POST", "/v1/admin/snapshots"),
-        ("GET", "/v1/admin/snapshots")}
+        ("GET", "/v1/admin/snapshots"), ("GET", "/v1/collections/{name}/export"),
+        ("POST", "/v1/collections/{name}/import")}
     assert {(m, p) for s, m, p in granted if s == "write"} == {
         ("GET", "/ready"), ("GET", "/v1/collections"), ("GET", "/v1/collections/{name}"),
         ("POST", "/v1/collections/{name}/documents"), ("DELETE", "/v1/collections/{name}/documents/{doc_id:path}"),
