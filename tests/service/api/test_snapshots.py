@@ -29,8 +29,11 @@ HELD = JOB_TEXTS[2]
 """The job's third embedding request carries this text: held at the runner while the snapshot is taken."""
 
 
-def _settings(data: Path) -> Settings:
+def _settings(data: Path, *, store_process: bool = False) -> Settings:
+    """``store_process``: the store in its own process, as served; the one test whose claim is a snapshot taken
+    while the API serves goes through that boundary, the others run it in-process (the session's spawn cap)."""
     s = scripted_settings(data)
+    s.qdrant.edge_process = store_process
     s.api_key_hashes = [ApiKeyEntry(id="reader", sha256=sha256_hex(READ_KEY), scopes=["read"]),
                         ApiKeyEntry(id="admin", sha256=sha256_hex(ADMIN_KEY), scopes=["admin"])]
     s.upstream.embed_batch_size = 2
@@ -90,7 +93,7 @@ async def test_admin_scope_and_the_manifest(tmp_path: Path) -> None:
 async def test_snapshot_while_a_job_is_held_and_a_search_runs_then_restore_answers_the_same(tmp_path: Path) -> None:
     runner = ScriptedEmbedder(hold=lambda a: HELD in a.inputs)
     jsonl = "\n".join(json.dumps({"id": f"j{i}", "text": t}) for i, t in enumerate(JOB_TEXTS)).encode()
-    async with app_client(_settings(tmp_path / "data"), transports={"embedding": runner.transport},
+    async with app_client(_settings(tmp_path / "data", store_process=True), transports={"embedding": runner.transport},
                           with_worker=True) as client:
         for name in ("kb", "bulk"):
             assert (await client.post("/v1/collections", json={"name": name})).status_code == 201

@@ -1,7 +1,7 @@
-"""Snapshots of the embedded store (the real Qdrant Edge store in its own process) and their restore: a snapshot
-taken while writes and searches run holds exactly what it promises, a restored folder answers as the source did,
-and a snapshot whose files do not match its manifest, or a target that is not empty, is refused with nothing
-written."""
+"""Snapshots of the embedded store (the real Qdrant Edge store; in its own process where the claim is about
+serving) and their restore: a snapshot taken while writes and searches run holds exactly what it promises, a
+restored folder answers as the source did, and a snapshot whose files do not match its manifest, or a target that
+is not empty, is refused with nothing written."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import pytest
 
 from service.sparse.config import SparseConfig, SparseStats
 from service.store import snapshots
-from service.store.edge import MARKER
+from service.store.edge import EdgeStore
 from service.store.errors import CollectionNotFound
+from service.store.layout import MARKER
 from service.store.process import ProcessStore
 from service.store.snapshots import RestoreTargetNotEmpty, SnapshotError
 from service.store.types import Chunk, SparseVector
@@ -37,12 +38,20 @@ def _doc(doc_id: str, chunks: int = CHUNKS_PER_DOC) -> tuple[list[Chunk], list[l
 
 
 async def _open(root: Path) -> ProcessStore:
-    # write_batch=2: a document of 5 chunks is 3 engine writes, so a snapshot that cut between them would show
+    """The store as ragserve serves it, in its own process: the snapshot taken while writes and searches run
+    goes through that boundary. write_batch=2: a document of 5 chunks is 3 engine writes, so a snapshot that
+    cut between them would show."""
     return await ProcessStore.open(root, write_batch=2)
 
 
+async def _open_here(root: Path) -> EdgeStore:
+    """The same engine in this process, for the tests whose claim is about a snapshot's files and a restored
+    folder, not about the process boundary (a spawn each would cost the session's cap)."""
+    return await EdgeStore.open(root, write_batch=2)
+
+
 async def _whole_documents(root: Path, name: str) -> dict[str, bool]:
-    store = await _open(root)
+    store = await _open_here(root)
     try:
         return {d: s.complete for d, s in (await store.doc_states(name)).items()}
     finally:
@@ -98,13 +107,13 @@ async def test_a_snapshot_taken_while_writes_and_searches_run(tmp_path: Path) ->
 
 async def test_restore_answers_as_the_source_did_at_snapshot_time(tmp_path: Path) -> None:
     source = tmp_path / "qdrant"
-    store = await _open(source)
+    store = await _open_here(source)
     stats = SparseStats(documents=12, terms=345, estimated=False)
     rng = np.random.default_rng(5)
     queries = [rng.normal(size=DIMS).tolist() for _ in range(3)]
     sparse_queries = [SparseVector([i, i + 7], [1.0, 0.5]) for i in (1, 4, 9)]
 
-    async def answers(s: ProcessStore) -> dict[str, object]:
+    async def answers(s: EdgeStore) -> dict[str, object]:
         out: dict[str, object] = {"counts": {c.name: c.points for c in await s.list_collections()}}
         for name in ("kb", "other"):
             for i, (dense, sparse) in enumerate(zip(queries, sparse_queries, strict=True)):
@@ -131,7 +140,7 @@ async def test_restore_answers_as_the_source_did_at_snapshot_time(tmp_path: Path
 
     restored = tmp_path / "new" / "qdrant"
     snapshots.restore(info.path, restored)
-    again = await _open(restored)
+    again = await _open_here(restored)
     try:
         after = await answers(again)
     finally:
@@ -149,7 +158,7 @@ async def test_restore_answers_as_the_source_did_at_snapshot_time(tmp_path: Path
 
 @pytest.fixture
 async def snapshot(tmp_path: Path) -> Path:
-    store = await _open(tmp_path / "qdrant")
+    store = await _open_here(tmp_path / "qdrant")
     try:
         await store.create_collection("kb", dimensions=DIMS, model="m", sparse=SparseConfig())
         await store.upsert("kb", *_doc("a"))
@@ -202,7 +211,7 @@ def test_restore_into_a_non_empty_folder_is_refused(snapshot: Path, tmp_path: Pa
 
 
 async def test_a_snapshot_inside_the_store_or_of_an_unknown_collection_is_refused(tmp_path: Path) -> None:
-    store = await _open(tmp_path / "qdrant")
+    store = await _open_here(tmp_path / "qdrant")
     try:
         with pytest.raises(SnapshotError) as inside:
             await store.snapshot(None, tmp_path / "qdrant" / "snaps" / "x")
