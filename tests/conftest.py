@@ -27,6 +27,7 @@ from tests.support.app import API_KEY
 from tests.support.postgres import PostgresCluster, running_postgres
 from tests.support.runners import (
     SOAK_VLLM_STARTS,
+    TEST_CPU_PLAN,
     RunnerURLs,
     VLRunner,
     counted_start,
@@ -191,10 +192,11 @@ def runners(tiny_qwen3: Path, runner_logs: Path) -> Iterator[RunnerURLs]:
             "embed_model_path": str(tiny_qwen3),
             "rerank_model_path": str(tiny_qwen3),
             "max_model_len": MAX_MODEL_LEN,
+            "cpu_plan": TEST_CPU_PLAN,
         },
         generation={"enabled": False},  # the VL runner is its own, lazily started fixture
     )
-    minilm = Settings(profile="minilm", runners={"embed_url": f"http://127.0.0.1:{ports[2]}"})
+    minilm = Settings(profile="minilm", runners={"embed_url": f"http://127.0.0.1:{ports[2]}", "cpu_plan": TEST_CPU_PLAN})
     specs = runner_specs(qwen, QWEN3) + runner_specs(minilm, MINILM)
     specs[2].name = "minilm-embedding"
     counted_start(len(specs))
@@ -240,7 +242,8 @@ def vl_runner(tmp_path_factory: pytest.TempPathFactory, runner_logs: Path) -> It
     if os.environ.get("RAGSERVE_TEST_VL_SITE"):  # developer shortcut: the torchvision side-install elsewhere
         generation["cpu_extra_site"] = os.environ["RAGSERVE_TEST_VL_SITE"]
     settings = Settings(profile="qwen3", generation=generation, runners={
-        "generate_url": f"http://127.0.0.1:{free_port()}", "generate_model_path": str(model)})
+        "generate_url": f"http://127.0.0.1:{free_port()}", "generate_model_path": str(model),
+        "cpu_plan": TEST_CPU_PLAN})
     (spec,) = [s for s in runner_specs(settings, QWEN3) if s.name == "generate"]
     counted_start(1)
     with running([spec], log_dir=runner_logs, timeout_s=600):
@@ -252,7 +255,8 @@ def spare_minilm(runners: RunnerURLs, runner_logs: Path) -> Iterator[RunnerProce
     """One more all-MiniLM-L6-v2 runner, supervised as ``ragserve runners up`` supervises its runners (restarted
     with backoff when it exits): the second replica of the pool tests and the victim of the crash tests, started
     once. A test that kills it leaves it to the supervisor; the next user waits for it (``ready_again``)."""
-    settings = Settings(profile="minilm", runners={"embed_url": f"http://127.0.0.1:{free_port()}"})
+    settings = Settings(profile="minilm", runners={"embed_url": f"http://127.0.0.1:{free_port()}",
+                                                   "cpu_plan": TEST_CPU_PLAN})
     (spec,) = runner_specs(settings, MINILM)
     spec.name = "spare-minilm"
     policy = RestartPolicy(initial_backoff_s=0.5, startup_timeout_s=600)

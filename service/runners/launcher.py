@@ -28,6 +28,7 @@ import httpx
 from service.clients.targets import split_entries
 from service.config import Settings
 from service.profiles import Profile, default_checkpoint, get_profile, resolve_generator
+from service.runners.cores import allowed_cpus, plan_cores
 from service.runners.engine_args import EngineArgs, option_name
 from service.runners.vl_site import default_site_dir
 
@@ -138,9 +139,22 @@ def runner_specs(settings: Settings, profile: Profile | None = None, *, cpu: boo
         _add_engine_args(spec, settings, gpu=not cpu)
     setting = {"embedding": rs.embed_url, "rerank": rs.rerank_url, "generate": rs.generate_url}
     specs = [replica for spec in specs for replica in _replicas(spec, _ports(setting[spec.name]))]
-    if not cpu:
+    if cpu:
+        _plan_cores(settings, specs)
+    else:
         _check_gpu_share(settings, specs)
     return specs
+
+
+def _plan_cores(settings: Settings, specs: Sequence[RunnerSpec]) -> None:
+    """Bind each runner's worker to its cores (:mod:`service.runners.cores`)."""
+    ranks = [getattr(settings.engine, spec.engine_key).world_size for spec in specs]
+    try:
+        plans = plan_cores(ranks, allowed_cpus(), settings.runners.cpu_plan)
+    except ValueError as exc:
+        raise RunnerConfigError(str(exc)) from exc
+    for spec, env in zip(specs, plans, strict=True):
+        spec.env.update(env)
 
 
 ENGINE_KEYS = {"embedding": "embed", "rerank": "rerank", "generate": "generate"}

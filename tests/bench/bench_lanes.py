@@ -63,12 +63,16 @@ def summary(latencies: list[float], statuses: Counter[int]) -> dict[str, object]
     ordered = sorted(latencies)
     pick = (lambda q: round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)) if ordered else None
     return {"n": len(latencies), "p50_ms": round(statistics.median(ordered) * 1000, 1) if ordered else None,
-            "p95_ms": pick(0.95) if pick else None, "max_ms": round(ordered[-1] * 1000, 1) if ordered else None,
+            "p95_ms": pick(0.95) if pick else None, "p99_ms": pick(0.99) if pick else None, "max_ms": round(ordered[-1] * 1000, 1) if ordered else None,
             "statuses": dict(sorted(statuses.items()))}
 
 
-async def searches(client: httpx.AsyncClient, rate: float, until: asyncio.Future[object] | float,
+async def searches(client: httpx.AsyncClient, rate: float, until: asyncio.Future[object] | float, *,
+                   queries: list[str] = QUERIES, body: dict[str, object] | None = None,
                    ) -> tuple[list[float], Counter[int]]:
+    """Searches at ``rate`` per second (open loop) until ``until`` (a time, or a future done); ``body`` is the
+    request without its query (default: collection kb, top 5, no rerank)."""
+    body = body or {"collection": "kb", "top_k": 5, "rerank": {"enabled": False}}
     latencies: list[float] = []
     statuses: Counter[int] = Counter()
     tasks: set[asyncio.Task[None]] = set()
@@ -76,8 +80,7 @@ async def searches(client: httpx.AsyncClient, rate: float, until: asyncio.Future
     async def one(q: str) -> None:
         started = time.monotonic()
         try:
-            r = await client.post("/v1/search", json={"collection": "kb", "query": q, "top_k": 5,
-                                                      "rerank": {"enabled": False}})
+            r = await client.post("/v1/search", json={**body, "query": q})
             statuses[r.status_code] += 1
             if r.status_code == 200:
                 latencies.append(time.monotonic() - started)
@@ -87,7 +90,7 @@ async def searches(client: httpx.AsyncClient, rate: float, until: asyncio.Future
     n = 0
     start = time.monotonic()
     while (not until.done()) if isinstance(until, asyncio.Future) else time.monotonic() < until:
-        task = asyncio.create_task(one(QUERIES[n % len(QUERIES)]))
+        task = asyncio.create_task(one(queries[n % len(queries)]))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
         n += 1

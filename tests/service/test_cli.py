@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.runners.cores import allowed_cpus
 from tests.support.runners import RunnerURLs, counted_start, free_port
 from tests.support.tiers import patient
 
@@ -81,6 +82,10 @@ def test_demo_main_job(tmp_path: Path) -> None:
     assert key, out
     assert f"playground: http://127.0.0.1:{port}/ui  (paste the key" in out
     assert f"RAGSERVE_API_KEY={key[1]} .venv/bin/ragserve index ./my-docs --collection kb" in out
+    # The launcher's core plan (RAGSERVE_RUNNERS__CPU_PLAN=auto): a runner alone computes on every core this
+    # process may use, where vLLM's own placement keeps one in reserve; vLLM's log says where it bound.
+    log = (tmp_path / "logs" / "embedding.log").read_text()
+    assert f"local_rank=0, core ids={allowed_cpus()}" in log, [line for line in log.splitlines() if "core ids" in line]
 
 
 def test_runners_up_print_only_is_copy_pasteable_and_refuses_bad_combinations(tmp_path: Path) -> None:

@@ -15,6 +15,14 @@ SOAK_VLLM_STARTS = 10
 replicas of its own (8 in all)."""
 _starts = {"count": 0, "cap": GATE_VLLM_STARTS}
 
+TEST_CPU_PLAN = "vllm"
+"""``RAGSERVE_RUNNERS__CPU_PLAN`` of the runners the tests start: vLLM's own placement, each runner's worker on core 0
+and core 1 left to the suite (the test process, the API, the store child, the vLLM front ends). A gate session
+keeps four to six runners up on 2 cores; the product's plan for them (``shared``: every worker on both cores)
+would put four to six workers' threads on both cores beside the suite, and the suite's claims do not need their
+speed. The README demo's runner, started by ``ragserve demo`` as a user's would be, keeps the product's default
+(``auto``) and its test checks the runner bound every allowed core (tests/service/test_cli.py)."""
+
 STORE_SPAWNS = 70
 """Store child processes (``ProcessStore.open``) a session's own process may spawn, either tier. The API tests run
 the embedded store in the test's process (``IN_PROCESS_STORE`` in tests/conftest.py); the process boundary keeps

@@ -29,7 +29,7 @@ from service.clients.runner import RunnerClient
 from service.config import Settings
 from service.profiles import MINILM
 from service.runners.launcher import RunnerProcess, runner_specs, running
-from tests.support.runners import RunnerURLs, counted_start, free_port
+from tests.support.runners import TEST_CPU_PLAN, RunnerURLs, counted_start, free_port
 from tests.support.supervised import answering
 from tests.support.tiers import patient
 from tests.support.vllm_metrics import REQUESTS_DONE, each
@@ -58,8 +58,8 @@ async def pool_of_two(runners: RunnerURLs, spare_minilm: RunnerProcess) -> Pool:
 @pytest.fixture(scope="module")
 def third_replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Soak only: one more replica, started for this module."""
-    specs = runner_specs(Settings(profile="minilm", runners={"embed_url": f"http://127.0.0.1:{free_port()}"}),
-                         MINILM)
+    specs = runner_specs(Settings(profile="minilm", runners={"embed_url": f"http://127.0.0.1:{free_port()}",
+                                                             "cpu_plan": TEST_CPU_PLAN}), MINILM)
     counted_start(1)
     with running(specs, log_dir=tmp_path_factory.mktemp("pool-minilm"), timeout_s=600, check=False) as (p,):
         yield p.spec.url

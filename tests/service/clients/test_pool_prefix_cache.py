@@ -21,7 +21,7 @@ from service.profiles import QWEN3
 from service.runners.launcher import runner_specs, running
 from tests.support.app import API_KEY, app_client
 from tests.support.images import data_url, raster
-from tests.support.runners import RunnerURLs, counted_start, free_port
+from tests.support.runners import TEST_CPU_PLAN, RunnerURLs, counted_start, free_port
 from tests.support.tiny_qwen3_vl import build_tiny_qwen3_vl
 from tests.support.vllm_metrics import PREFIX_CACHE_HITS, each
 
@@ -50,7 +50,7 @@ def generators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
         generation["cpu_extra_site"] = os.environ["RAGSERVE_TEST_VL_SITE"]
     urls = f"http://127.0.0.1:{free_port()},http://127.0.0.1:{free_port()}"
     settings = Settings(profile="qwen3", generation=generation,
-                        runners={"generate_url": urls, "generate_model_path": str(model)})
+                        runners={"generate_url": urls, "generate_model_path": str(model), "cpu_plan": TEST_CPU_PLAN})
     specs = [s for s in runner_specs(settings, QWEN3) if s.name == "generate"]
     assert [s.label for s in specs] == ["generate", "generate-2"]
     counted_start(2)

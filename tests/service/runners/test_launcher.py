@@ -35,7 +35,8 @@ def test_qwen3_gpu_specs() -> None:
 def test_cpu_specs_and_overrides() -> None:
     s = Settings(profile="qwen3", runners={"embed_model_path": "/m/e", "rerank_model_path": "/m/r",
                                            "max_model_len": 2048, "cpu_kvcache_gib": 2,
-                                           "embed_url": "http://127.0.0.1:9001", "rerank_url": "http://127.0.0.1:9002"})
+                                           "embed_url": "http://127.0.0.1:9001", "rerank_url": "http://127.0.0.1:9002",
+                                           "cpu_plan": "vllm"})
     emb, rr, _gen = runner_specs(s, cpu=True)
     assert emb.checkpoint == "/m/e" and rr.checkpoint == "/m/r"
     assert (emb.port, rr.port) == (9001, 9002)
