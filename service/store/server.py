@@ -24,7 +24,8 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 from service.deadline import Deadline, within
 from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore, check_vectors
-from service.store.errors import CollectionExists, CollectionNotFound, StoreError, StoreFull, StoreTimeout
+from service.store.errors import CollectionExists, CollectionNotFound, StoreError, StoreTimeout
+from service.store.qdrant_status import status_error
 from service.store.types import (
     DENSE,
     INTERNAL_INDEXES,
@@ -91,7 +92,7 @@ class ServerStore(VectorStore):
                     if exc.status_code == 404 and collection is not None:
                         self._described.pop(collection, None)
                         raise CollectionNotFound(collection) from exc
-                    raise _status_error(exc) from exc
+                    raise status_error(exc) from exc
                 except ResponseHandlingException as exc:
                     cause = exc.args[0] if exc.args else None
                     if isinstance(cause, httpx.ConnectError | httpx.ConnectTimeout):
@@ -301,17 +302,6 @@ class ServerStore(VectorStore):
     async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
         points = [models.PointVectors(id=pid, vector={SPARSE: _sparse(v)}) for pid, v in vectors]
         await self._call(lambda: self.client.update_vectors(name, points=points, wait=True), name)
-
-
-def _status_error(exc: UnexpectedResponse) -> StoreError:
-    """A Qdrant error status as a store error: a full disk (Qdrant answers 500 "No space left on device")
-    is :class:`StoreFull` (507), everything else :class:`StoreError` (503)."""
-    content = exc.content.decode("utf-8", "replace") if isinstance(exc.content, bytes) else str(exc.content)
-    if exc.status_code == 507 or "No space left on device" in content or "out of disk" in content.lower():
-        return StoreFull(f"Qdrant cannot write: its disk is full (answered {exc.status_code})")
-    if exc.status_code == 504:
-        return StoreTimeout("Qdrant answered 504 (its own timeout)")
-    return StoreError(f"Qdrant answered {exc.status_code}")
 
 
 def _stored(point: models.Record) -> StoredPoint:
