@@ -260,6 +260,11 @@ class QdrantSettings(BaseModel):
     metadata_ttl_s: float = Field(
         10.0, description="Server: how long collection settings are cached (other replicas' changes show after it)."
     )
+    snapshot_timeout_s: float = Field(
+        900.0, gt=0, description="Server: how long a snapshot transfer may wait for Qdrant: to answer the request "
+        "that makes a collection's snapshot (it answers once the archive is written), and between two reads of "
+        "its download or writes of a restore's upload.",
+    )
     edge_threads: int = Field(2, ge=1, description="Embedded store: threads that run engine calls.")
     edge_process: bool = Field(
         True, description="Embedded store: run Qdrant Edge in a child process of its own (one per data folder), so "

@@ -1,4 +1,5 @@
-"""Snapshots of the embedded store: a folder, checked file by file, that a restore turns back into a store folder.
+"""Snapshots of the store: a folder, checked file by file, that a restore turns back into a store folder (the
+embedded store) or into collections of a Qdrant server (``service.store.server_snapshots``).
 
 Layout of one snapshot (the store folder's own layout, plus the manifest)::
 
@@ -15,9 +16,19 @@ complete, so a refused or interrupted restore leaves the target as it was.
 The engine's files are sparse (a WAL segment or an empty vector chunk is 32 MiB long and takes 4 KiB): copies
 keep their holes (``SEEK_DATA``/``SEEK_HOLE``), so a snapshot takes on disk about what the store takes.
 
+A Qdrant server's snapshot has the same manifest (``backend: "server"``, no marker) over one archive per
+collection as Qdrant made it, beside ragserve's settings of the collection::
+
+    collections/<name>/collection.json           as above (on a server: the collection's metadata)
+    collections/<name>/collection.snapshot       Qdrant's snapshot of the collection, downloaded
+
+:func:`prune` keeps the newest snapshots of a folder (``RAGSERVE_SNAPSHOT_KEEP``); :func:`scan` lists them, and
+the folders whose manifest cannot be read apart, so that one broken folder does not hide the others.
+
 Errors::
 
     SnapshotError (400 ``snapshot_invalid``)      the folder is not a snapshot, or a file does not match
+                                                  (``snapshot_manifest_mismatch``: not the manifest expected)
     RestoreTargetNotEmpty (409)                    restore refuses to write over anything
     SnapshotNotFound (404)
 """
@@ -96,10 +107,10 @@ def new_id(now: datetime | None = None) -> str:
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
-def check_location(dest: Path, store_root: Path) -> None:
+def check_location(dest: Path, store_root: Path | None) -> None:
     """Refuse a snapshot inside the live store folder (a restore would copy it into itself, and a store that is
-    lost takes its snapshots with it) or one that exists already."""
-    if dest.resolve().is_relative_to(store_root.resolve()):
+    lost takes its snapshots with it; a Qdrant server's store has no folder here) or one that exists already."""
+    if store_root is not None and dest.resolve().is_relative_to(store_root.resolve()):
         raise SnapshotError(f"snapshots must not go inside the store folder {store_root}: set RAGSERVE_SNAPSHOT_DIR "
                             "to a folder beside it", code="snapshot_dir_inside_store")
     if dest.exists():
@@ -160,15 +171,34 @@ def verify(folder: Path) -> dict[str, Any]:
     return manifest
 
 
-def restore(folder: Path, target: Path) -> SnapshotInfo:
-    """Restore the snapshot ``folder`` as the store folder ``target`` (empty or absent), checked first."""
+def check_expected(folder: Path, expect_sha256: str | None) -> None:
+    """Refuse the snapshot unless its manifest's sha256 is ``expect_sha256`` (None: any)."""
+    if expect_sha256 is None:
+        return
+    actual = hashlib.sha256(_read_manifest_bytes(folder)).hexdigest()
+    if actual != expect_sha256.lower():
+        raise SnapshotError(f"the manifest of {folder} has sha256 {actual}, not the {expect_sha256} expected: it is "
+                            "not the snapshot that was taken, or it was changed; nothing was restored",
+                            code="snapshot_manifest_mismatch", param="expect_sha256")
+
+
+def checked(folder: Path, expect_sha256: str | None = None) -> SnapshotInfo:
+    """What the snapshot ``folder`` holds, once its manifest is the one expected and every file matches it."""
+    check_expected(folder, expect_sha256)
+    verify(folder)
+    return SnapshotInfo.read(folder)
+
+
+def restore(folder: Path, target: Path, *, expect_sha256: str | None = None) -> SnapshotInfo:
+    """Restore the snapshot ``folder`` as the store folder ``target`` (empty or absent), checked first (and
+    refused unless its manifest's sha256 is ``expect_sha256``, when given)."""
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise RestoreTargetNotEmpty(target)
-    verify(folder)
-    info = SnapshotInfo.read(folder)
+    info = checked(folder, expect_sha256)
     if info.backend != "edge":
-        raise SnapshotError(f"snapshot {folder} is of a Qdrant server ({info.backend}): restore it with Qdrant's "
-                            "snapshot recovery, not into an embedded store folder", code="snapshot_backend")
+        raise SnapshotError(f"snapshot {folder} is of a Qdrant server ({info.backend}): restore it into a Qdrant "
+                            "server (ragserve restore SNAPSHOT --qdrant-url URL), not into an embedded store folder",
+                            code="snapshot_backend")
     target.parent.mkdir(parents=True, exist_ok=True)
     work = target.with_name(f".{target.name}.restoring-{secrets.token_hex(3)}")
     try:

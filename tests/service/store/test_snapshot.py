@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from service import cli
 from service.sparse.config import SparseConfig, SparseStats
 from service.store import snapshots
 from service.store.edge import EdgeStore
@@ -221,3 +222,18 @@ async def test_a_snapshot_inside_the_store_or_of_an_unknown_collection_is_refuse
         await store.aclose()
     assert inside.value.code == "snapshot_dir_inside_store"
     assert not (tmp_path / "snaps").exists() or list((tmp_path / "snaps").iterdir()) == []
+
+
+def test_a_manifest_other_than_the_one_expected_is_refused_before_anything_is_written(snapshot: Path,
+                                                                                     tmp_path: Path) -> None:
+    taken = snapshots.SnapshotInfo.read(snapshot).manifest_sha256
+    with pytest.raises(SnapshotError) as other:
+        snapshots.restore(snapshot, tmp_path / "r1", expect_sha256="0" * 64)
+    assert (other.value.code, other.value.param) == ("snapshot_manifest_mismatch", "expect_sha256")
+    assert not (tmp_path / "r1").exists()
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["restore", str(snapshot), "--data-dir", str(tmp_path / "d1"), "--expect-sha256", "1" * 64])
+    assert f"has sha256 {taken}, not the {'1' * 64} expected" in str(refused.value.code)
+    assert not (tmp_path / "d1").exists()
+    assert snapshots.restore(snapshot, tmp_path / "r2", expect_sha256=taken.upper()).collections == \
+        {"kb": CHUNKS_PER_DOC}
