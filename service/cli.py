@@ -142,10 +142,16 @@ def cmd_delete(args: argparse.Namespace) -> None:
 def cmd_snapshot(args: argparse.Namespace) -> None:
     """Ask the running API for a snapshot (it takes it while it serves), or list the ones it has."""
     with _client(args) as client:
-        taken = client.list_snapshots() if args.list else [client.create_snapshot(args.collection)]
+        if args.list:
+            listing = client.snapshot_listing()
+            taken, unreadable = listing.snapshots, listing.unreadable
+        else:
+            taken, unreadable = [client.create_snapshot(args.collection)], []
     for snap in taken:
         counts = ", ".join(f"{c.name} {c.points} points" for c in snap.collections) or "no collections"
         print(f"{snap.path}  {snap.created_at}  {counts}  manifest sha256 {snap.manifest_sha256}")
+    for broken in unreadable:
+        print(f"ragserve: left out {broken.path}: {broken.message} ({broken.code})", file=sys.stderr)
 
 
 SHA256_HEX = frozenset("0123456789abcdef")

@@ -409,6 +409,11 @@ class Settings(BaseSettings):
         "<data_dir>-snapshots, beside the data folder: never inside the store, and a data folder lost or wiped "
         "for a restore leaves them be). Put it on another volume to survive the loss of the data disk.",
     )
+    snapshot_keep: int | None = Field(
+        None, ge=1, description="Keep this many snapshots in RAGSERVE_SNAPSHOT_DIR: once a new one is sealed, the "
+        "oldest beyond it are deleted (the new one never; one being written or unreadable never). Unset: keep "
+        "every one.",
+    )
     host: str = Field("127.0.0.1", description="Interface the API listens on (`serve`, `demo`).")
     port: int = Field(8000, description="Port the API listens on.")
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -48,6 +49,8 @@ from typing import Any
 from service import __version__
 from service.errors import BadRequest, Conflict, NotFound
 from service.store.files import copy_sparse, sha256_file
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "snapshot.json"
 FORMAT = 1
@@ -91,14 +94,29 @@ class SnapshotInfo:
     def read(cls, folder: Path) -> SnapshotInfo:
         raw = _read_manifest_bytes(folder)
         manifest = _parse(folder, raw)
-        return cls(
-            id=folder.name, path=folder, created_at=str(manifest.get("created_at", "")),
-            backend=str(manifest.get("backend", "")),
-            collections={c["name"]: int(c["points"]) for c in manifest.get("collections", [])},
-            files=len(manifest.get("files", {})),
-            bytes=sum(int(f["bytes"]) for f in manifest.get("files", {}).values()),
-            manifest_sha256=hashlib.sha256(raw).hexdigest(), store_marker=dict(manifest.get("store_marker") or {}),
-        )
+        try:
+            return cls(
+                id=folder.name, path=folder, created_at=str(manifest.get("created_at", "")),
+                backend=str(manifest.get("backend", "")),
+                collections={c["name"]: int(c["points"]) for c in manifest.get("collections", [])},
+                files=len(manifest.get("files", {})),
+                bytes=sum(int(f["bytes"]) for f in manifest.get("files", {}).values()),
+                manifest_sha256=hashlib.sha256(raw).hexdigest(),
+                store_marker=dict(manifest.get("store_marker") or {}),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise SnapshotError(f"the manifest of {folder} is malformed: a collection or a file entry lacks a field",
+                                code="snapshot_corrupt") from None
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A folder of the snapshot directory with a manifest that cannot be read (left out of a listing)."""
+
+    id: str
+    path: Path
+    code: str
+    message: str
 
 
 def new_id(now: datetime | None = None) -> str:
@@ -212,12 +230,48 @@ def restore(folder: Path, target: Path, *, expect_sha256: str | None = None) -> 
     return info
 
 
-def list_snapshots(root: Path) -> list[SnapshotInfo]:
-    """Every sealed snapshot under ``root``, oldest first (ids sort by time)."""
+def scan(root: Path) -> tuple[list[SnapshotInfo], list[Unreadable]]:
+    """Every sealed snapshot under ``root``, oldest first (ids sort by time), and apart, the folders whose
+    manifest cannot be read (each logged as a warning). A folder without a manifest is not a snapshot (or one
+    still being written, ``.partial``): neither list holds it."""
+    found: list[SnapshotInfo] = []
+    unreadable: list[Unreadable] = []
     if not root.is_dir():
-        return []
-    return [SnapshotInfo.read(p) for p in sorted(root.iterdir())
-            if p.is_dir() and not p.name.endswith(PARTIAL) and (p / MANIFEST).is_file()]
+        return found, unreadable
+    for p in sorted(root.iterdir()):
+        if not p.is_dir() or p.name.endswith(PARTIAL) or not (p / MANIFEST).is_file():
+            continue
+        try:
+            found.append(SnapshotInfo.read(p))
+        except SnapshotError as exc:
+            log.warning("snapshot %s left out of the listing: %s", p, exc.message)
+            unreadable.append(Unreadable(p.name, p, exc.code, exc.message))
+        except OSError as exc:
+            log.warning("snapshot %s left out of the listing: %s", p, exc)
+            unreadable.append(Unreadable(p.name, p, "snapshot_unreadable", f"{p}/{MANIFEST}: {exc.strerror or exc}"))
+    return found, unreadable
+
+
+def list_snapshots(root: Path) -> list[SnapshotInfo]:
+    """Every sealed snapshot under ``root`` whose manifest can be read, oldest first."""
+    return scan(root)[0]
+
+
+def prune(root: Path, keep: int, *, sealed: Path) -> list[Path]:
+    """Delete the oldest sealed snapshots under ``root`` so that ``keep`` remain, ``sealed`` (the one just taken)
+    always among them; a snapshot still being written (``.partial``), a folder without a manifest and one whose
+    manifest cannot be read are never touched (nor counted). The folders deleted, oldest first."""
+    if keep < 1:
+        raise ValueError("keep at least one snapshot")
+    others = [s.path for s in list_snapshots(root) if s.path.resolve() != sealed.resolve()]
+    doomed = others[:max(len(others) - (keep - 1), 0)]
+    for path in doomed:
+        log.info("deleting snapshot %s: RAGSERVE_SNAPSHOT_KEEP=%d newer ones are kept", path, keep)
+        # The manifest first: a deletion cut short leaves a folder that is no longer listed, never a snapshot
+        # that looks whole and is not.
+        (path / MANIFEST).unlink(missing_ok=True)
+        shutil.rmtree(path, ignore_errors=True)
+    return doomed
 
 
 # --- files ----------------------------------------------------------------------------------------------------
