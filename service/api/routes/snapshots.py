@@ -1,5 +1,7 @@
-"""Store snapshots, for a cron job or a Kubernetes CronJob: take one while the API serves, list them. Restore
-is offline (``ragserve restore``): it needs the store closed."""
+"""Store snapshots, for a cron job or a Kubernetes CronJob: take one while the API serves (the embedded store's
+folder, or a Qdrant server's collections), list them, and keep the newest ``RAGSERVE_SNAPSHOT_KEEP``. Restore is
+a command (``ragserve restore``): offline into an empty data folder, or into a Qdrant server lacking the
+collections."""
 
 from __future__ import annotations
 
