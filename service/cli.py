@@ -17,6 +17,7 @@ from service.config import Settings
 
 if TYPE_CHECKING:
     from service.client import Client
+    from service.store.snapshots import SnapshotInfo
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -141,29 +142,83 @@ def cmd_delete(args: argparse.Namespace) -> None:
 def cmd_snapshot(args: argparse.Namespace) -> None:
     """Ask the running API for a snapshot (it takes it while it serves), or list the ones it has."""
     with _client(args) as client:
-        taken = client.list_snapshots() if args.list else [client.create_snapshot(args.collection)]
+        if args.list:
+            listing = client.snapshot_listing()
+            taken, unreadable = listing.snapshots, listing.unreadable
+        else:
+            taken, unreadable = [client.create_snapshot(args.collection)], []
     for snap in taken:
         counts = ", ".join(f"{c.name} {c.points} points" for c in snap.collections) or "no collections"
         print(f"{snap.path}  {snap.created_at}  {counts}  manifest sha256 {snap.manifest_sha256}")
+    for broken in unreadable:
+        print(f"ragserve: left out {broken.path}: {broken.message} ({broken.code})", file=sys.stderr)
+
+
+SHA256_HEX = frozenset("0123456789abcdef")
 
 
 def cmd_restore(args: argparse.Namespace) -> None:
-    """Restore a snapshot into an empty (or new) data folder, offline: every file is checked first."""
-    from service.store.snapshots import RestoreTargetNotEmpty, SnapshotError, SnapshotNotFound, restore
+    """Restore a snapshot, every file checked first: the embedded store's into an empty (or new) data folder,
+    offline; a Qdrant server's into that server (``--qdrant-url`` or RAGSERVE_QDRANT__URL, its key from
+    RAGSERVE_QDRANT__API_KEY), as collections it does not have yet."""
+    from service.errors import RagserveError
+    from service.store.snapshots import RestoreTargetNotEmpty, SnapshotInfo, restore
 
-    settings = _settings(args)
-    if settings.qdrant.url:
-        raise SystemExit("ragserve restore is for the embedded store; restore a Qdrant server's snapshots with "
-                         "Qdrant's own snapshot recovery")
-    data = settings.data_dir
-    if data.exists() and (not data.is_dir() or any(data.iterdir())):
-        raise SystemExit(f"ragserve: {RestoreTargetNotEmpty(data).message}")
+    expect = args.expect_sha256.lower() if args.expect_sha256 else None
+    if expect is not None and (len(expect) != 64 or not set(expect) <= SHA256_HEX):
+        raise SystemExit("ragserve: --expect-sha256 takes the 64 hex digits of the manifest's sha256 "
+                         "(as `ragserve snapshot` prints it)")
     try:
-        info = restore(args.snapshot, settings.qdrant_path)
-    except (SnapshotError, SnapshotNotFound, RestoreTargetNotEmpty) as exc:
+        backend = SnapshotInfo.read(args.snapshot).backend
+    except RagserveError as exc:
         raise SystemExit(f"ragserve: {exc.message}") from None
+    if backend == "server":
+        info, into = _restore_to_server(args, expect)
+    else:
+        if args.data_dir is None:
+            raise SystemExit("ragserve: this is a snapshot of the embedded store: name the data folder to restore it "
+                             "into with --data-dir (empty or new)")
+        settings = _settings(args)
+        if settings.qdrant.url:
+            raise SystemExit("ragserve: this is a snapshot of the embedded store, and RAGSERVE_QDRANT__URL names a "
+                             "Qdrant server: unset it to restore into --data-dir")
+        data = settings.data_dir
+        if data.exists() and (not data.is_dir() or any(data.iterdir())):
+            raise SystemExit(f"ragserve: {RestoreTargetNotEmpty(data).message}")
+        try:
+            info = restore(args.snapshot, settings.qdrant_path, expect_sha256=expect)
+        except RagserveError as exc:
+            raise SystemExit(f"ragserve: {exc.message}") from None
+        into = str(settings.qdrant_path)
     counts = ", ".join(f"{n} {p} points" for n, p in sorted(info.collections.items())) or "no collections"
-    print(f"restored {info.id} ({info.created_at}; {counts}) into {settings.qdrant_path}")
+    print(f"restored {info.id} ({info.created_at}; {counts}) into {into}")
+
+
+def _restore_to_server(args: argparse.Namespace, expect: str | None) -> tuple[SnapshotInfo, str]:
+    from service.errors import RagserveError
+    from service.store import server_snapshots
+    from service.store.factory import snapshot_client
+
+    if args.data_dir is not None:
+        raise SystemExit("ragserve: this is a snapshot of a Qdrant server: it is restored into a Qdrant server "
+                         "(--qdrant-url URL, or RAGSERVE_QDRANT__URL), not into --data-dir")
+    settings = Settings()
+    url = args.qdrant_url or settings.qdrant.url
+    if not url:
+        raise SystemExit("ragserve: this is a snapshot of a Qdrant server: name the server to restore it into with "
+                         "--qdrant-url URL (or RAGSERVE_QDRANT__URL; its key from RAGSERVE_QDRANT__API_KEY)")
+
+    async def run() -> SnapshotInfo:
+        api = snapshot_client(settings, url)
+        try:
+            return await server_snapshots.restore(args.snapshot, api, expect_sha256=expect)
+        finally:
+            await api.aclose()
+
+    try:
+        return asyncio.run(run()), url
+    except RagserveError as exc:
+        raise SystemExit(f"ragserve: {exc.message}") from None
 
 
 def cmd_export(args: argparse.Namespace) -> None:
@@ -390,9 +445,17 @@ def build_parser() -> argparse.ArgumentParser:
     api(p)
     p.set_defaults(func=cmd_snapshot)
 
-    p = sub.add_parser("restore", help="restore a snapshot into an empty or new data folder (offline)")
+    p = sub.add_parser("restore", help="restore a snapshot into an empty or new data folder (offline), or a Qdrant "
+                       "server's snapshot into a Qdrant server")
     p.add_argument("snapshot", type=Path, metavar="SNAPSHOT", help="the snapshot's folder (its path as listed)")
-    p.add_argument("--data-dir", type=Path, required=True, help="the data folder to restore into: empty or new")
+    p.add_argument("--data-dir", type=Path, default=None,
+                   help="the embedded store's snapshot: the data folder to restore into, empty or new")
+    p.add_argument("--qdrant-url", default=None,
+                   help="a Qdrant server's snapshot: the server to restore its collections into (default: "
+                   "RAGSERVE_QDRANT__URL; the key: RAGSERVE_QDRANT__API_KEY); none of them may exist there")
+    p.add_argument("--expect-sha256", default=None, metavar="HEX",
+                   help="refuse, before writing anything, unless the snapshot's manifest has this sha256 (as "
+                   "`ragserve snapshot` printed it)")
     p.set_defaults(func=cmd_restore)
 
     p = sub.add_parser("export", help="download a collection (points, vectors, settings) as a .ragserve.jsonl.gz "

@@ -267,6 +267,11 @@ class QdrantSettings(BaseModel):
     metadata_ttl_s: float = Field(
         10.0, description="Server: how long collection settings are cached (other replicas' changes show after it)."
     )
+    snapshot_timeout_s: float = Field(
+        900.0, gt=0, description="Server: how long a snapshot transfer may wait for Qdrant: to answer the request "
+        "that makes a collection's snapshot (it answers once the archive is written), and between two reads of "
+        "its download or writes of a restore's upload.",
+    )
     edge_threads: int = Field(2, ge=1, description="Embedded store: threads that run engine calls.")
     edge_process: bool = Field(
         True, description="Embedded store: run Qdrant Edge in a child process of its own (one per data folder), so "
@@ -410,6 +415,11 @@ class Settings(BaseSettings):
         None, description="Where POST /v1/admin/snapshots and `ragserve snapshot` write store snapshots (default: "
         "<data_dir>-snapshots, beside the data folder: never inside the store, and a data folder lost or wiped "
         "for a restore leaves them be). Put it on another volume to survive the loss of the data disk.",
+    )
+    snapshot_keep: int | None = Field(
+        None, ge=1, description="Keep this many snapshots in RAGSERVE_SNAPSHOT_DIR: once a new one is sealed, the "
+        "oldest beyond it are deleted (the new one never; one being written or unreadable never). Unset: keep "
+        "every one.",
     )
     host: str = Field("127.0.0.1", description="Interface the API listens on (`serve`, `demo`).")
     port: int = Field(8000, description="Port the API listens on.")

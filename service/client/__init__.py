@@ -54,6 +54,8 @@ from .models import (
     SearchResult,
     Snapshot,
     SnapshotCollection,
+    SnapshotListing,
+    UnreadableSnapshot,
     UpsertResult,
 )
 from .options import IngestOptions
@@ -66,6 +68,6 @@ __all__ = [
     "Conflict", "ConnectionFailed", "DeleteResult", "Document", "Embeddings", "Forbidden", "ImageInfo", "IngestOptions",
     "InvalidRequest", "Job", "JobCounts", "JobProgress", "NotFound", "PayloadTooLarge", "RagserveClientError",
     "RateLimited", "RerankResult", "Retrieval", "SearchHit", "SearchResult", "ServerError", "Snapshot",
-    "SnapshotCollection", "Timeout",
-    "Unauthorized", "Unavailable", "UpsertResult", "__version__", "data_url",
+    "SnapshotCollection", "SnapshotListing", "Timeout",
+    "Unauthorized", "Unavailable", "UnreadableSnapshot", "UpsertResult", "__version__", "data_url",
 ]

@@ -25,6 +25,7 @@ from .models import (
     RerankResult,
     SearchResult,
     Snapshot,
+    SnapshotListing,
     UpsertResult,
 )
 from .options import IngestOptions
@@ -224,19 +225,6 @@ class ClientBase:
     def cancel_job(self, job_id: str) -> Operation[Job]:
         return Job.model_validate((yield from self._json(Call("DELETE", f"/v1/jobs/{_name(job_id)}"))))
 
-    # --- admin --------------------------------------------------------------------------------------
-
-    @operation
-    def create_snapshot(self, collection: str | None = None) -> Operation[Snapshot]:
-        """Snapshot one collection, or every one (an admin key), on the API's machine while it serves."""
-        body = {} if collection is None else {"collection": collection}
-        return Snapshot.model_validate((yield from self._json(Call("POST", "/v1/admin/snapshots", json=body))))
-
-    @operation
-    def list_snapshots(self) -> Operation[list[Snapshot]]:
-        body = yield from self._json(Call("GET", "/v1/admin/snapshots"))
-        return [Snapshot.model_validate(s) for s in body["snapshots"]]
-
     @operation
     def wait_for_job(self, job_id: str, *, progress: ProgressCallback | None = None, poll_s: float = 0.5,
                      timeout_s: float | None = None) -> Operation[Job]:
@@ -253,6 +241,24 @@ class ClientBase:
                 raise Timeout(f"job {job_id} still {job.state} after {timeout_s}s", status_code=None,
                               code="wait_timeout")
             yield Sleep(poll_s)
+
+    # --- admin --------------------------------------------------------------------------------------
+
+    @operation
+    def create_snapshot(self, collection: str | None = None) -> Operation[Snapshot]:
+        """Snapshot one collection, or every one (an admin key), on the API's machine while it serves."""
+        body = {} if collection is None else {"collection": collection}
+        return Snapshot.model_validate((yield from self._json(Call("POST", "/v1/admin/snapshots", json=body))))
+
+    @operation
+    def list_snapshots(self) -> Operation[list[Snapshot]]:
+        """The snapshots on the API's machine, oldest first (those whose manifest cannot be read left out)."""
+        return (yield from ClientBase.snapshot_listing.fn(self)).snapshots
+
+    @operation
+    def snapshot_listing(self) -> Operation[SnapshotListing]:
+        """The snapshots, and apart, the folders whose manifest cannot be read."""
+        return SnapshotListing.model_validate((yield from self._json(Call("GET", "/v1/admin/snapshots"))))
 
     # --- search -------------------------------------------------------------------------------------
 

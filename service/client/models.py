@@ -43,6 +43,20 @@ class Snapshot(_Model):
     manifest_sha256: str
 
 
+class UnreadableSnapshot(_Model):
+    """A folder of the server's snapshot directory whose manifest cannot be read (left out of the listing)."""
+
+    id: str
+    path: str
+    code: str
+    message: str
+
+
+class SnapshotListing(_Model):
+    snapshots: list[Snapshot]
+    unreadable: list[UnreadableSnapshot] = Field(default_factory=list)
+
+
 class UpsertResult(_Model):
     collection: str
     upserted: int

@@ -8,6 +8,7 @@ from service.config import Settings
 from service.store.base import VectorStore
 from service.store.edge import EdgeStore
 from service.store.process import ProcessStore
+from service.store.qdrant_snapshots import SnapshotApi
 from service.store.server import ServerStore, open_client
 
 
@@ -15,13 +16,14 @@ async def open_store(settings: Settings, *, client: AsyncQdrantClient | None = N
     """``client`` (tests only) is a qdrant-client to run the server backend on, e.g. its local mode."""
     q = settings.qdrant
     if client is not None or q.url:
-        client = client or open_client(
-            url=q.url, api_key=q.api_key.get_secret_value() if q.api_key else None, timeout_s=q.timeout_s
-        )
+        key = q.api_key.get_secret_value() if q.api_key else None
+        snapshot_api = None if client is not None else snapshot_client(settings)
+        client = client or open_client(url=q.url, api_key=key, timeout_s=q.timeout_s)
         return ServerStore(
             client, max_concurrency=q.max_concurrency, timeout_s=q.timeout_s, metadata_ttl_s=q.metadata_ttl_s,
             topology={"shard_number": q.shard_number, "replication_factor": q.replication_factor,
                       "write_consistency_factor": q.write_consistency_factor},
+            snapshot_api=snapshot_api,
         )
     opener = ProcessStore.open if q.edge_process else EdgeStore.open
     return await opener(
@@ -29,3 +31,13 @@ async def open_store(settings: Settings, *, client: AsyncQdrantClient | None = N
         write_batch=q.edge_write_batch, hnsw_ef=q.hnsw_ef, int8_oversampling=q.int8_oversampling,
         min_free_bytes=q.edge_min_free_mb << 20,
     )
+
+
+def snapshot_client(settings: Settings, url: str | None = None) -> SnapshotApi:
+    """The snapshot endpoints of the Qdrant server at ``url`` (default: the settings'), with the settings' key."""
+    q = settings.qdrant
+    target = url or q.url
+    if not target:
+        raise ValueError("no Qdrant server URL")
+    return SnapshotApi.open(url=target, api_key=q.api_key.get_secret_value() if q.api_key else None,
+                            connect_timeout_s=q.timeout_s, timeout_s=q.snapshot_timeout_s)

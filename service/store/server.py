@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -23,8 +24,12 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from service.deadline import Deadline, within
 from service.sparse.config import SparseConfig, SparseStats
+from service.store import server_snapshots
 from service.store.base import VectorStore, check_vectors
-from service.store.errors import CollectionExists, CollectionNotFound, StoreError, StoreFull, StoreTimeout
+from service.store.errors import CollectionExists, CollectionNotFound, StoreError, StoreTimeout
+from service.store.qdrant_snapshots import SnapshotApi
+from service.store.qdrant_status import status_error
+from service.store.snapshots import SnapshotError, SnapshotInfo
 from service.store.types import (
     DENSE,
     INTERNAL_INDEXES,
@@ -62,8 +67,10 @@ class ServerStore(VectorStore):
 
     def __init__(self, client: AsyncQdrantClient, *, max_concurrency: int = 8, timeout_s: float = 10.0,
                  topology: dict[str, int | None] | None = None, metadata_ttl_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, snapshot_api: SnapshotApi | None = None):
         self.client = client
+        self.snapshot_api = snapshot_api
+        """The server's snapshot endpoints over REST; None (qdrant-client's local mode): no snapshots."""
         self._topology = {k: v for k, v in (topology or {}).items() if v is not None}
         """shard_number / replication_factor / write_consistency_factor for new collections (a server)."""
         self._slots = asyncio.Semaphore(max_concurrency)
@@ -74,7 +81,11 @@ class ServerStore(VectorStore):
         self._tenant_indexes: set[tuple[str, str]] = set()
 
     async def aclose(self) -> None:
-        await self.client.close()
+        try:
+            await self.client.close()
+        finally:
+            if self.snapshot_api is not None:
+                await self.snapshot_api.aclose()
 
     async def _call(self, op: Callable[[], Awaitable[T]], collection: str | None = None) -> T:
         """Run one client call under the concurrency bound and one deadline (``timeout_s``), translating its
@@ -91,7 +102,7 @@ class ServerStore(VectorStore):
                     if exc.status_code == 404 and collection is not None:
                         self._described.pop(collection, None)
                         raise CollectionNotFound(collection) from exc
-                    raise _status_error(exc) from exc
+                    raise status_error(exc) from exc
                 except ResponseHandlingException as exc:
                     cause = exc.args[0] if exc.args else None
                     if isinstance(cause, httpx.ConnectError | httpx.ConnectTimeout):
@@ -118,6 +129,13 @@ class ServerStore(VectorStore):
         except StoreError:
             return False
         return True
+
+    async def snapshot(self, name: str | None, dest: Path) -> SnapshotInfo:
+        """Qdrant's snapshot of each collection, downloaded into ``dest`` and deleted from the server
+        (:mod:`service.store.server_snapshots`): searches and writes go on."""
+        if self.snapshot_api is None:
+            raise SnapshotError("this Qdrant client (local mode) cannot take snapshots", code="snapshot_unsupported")
+        return await server_snapshots.take(self, self.snapshot_api, name, dest)
 
     async def create_collection(
         self, name: str, *, dimensions: int, model: str, filter_fields: dict[str, str] | None = None,
@@ -301,17 +319,6 @@ class ServerStore(VectorStore):
     async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
         points = [models.PointVectors(id=pid, vector={SPARSE: _sparse(v)}) for pid, v in vectors]
         await self._call(lambda: self.client.update_vectors(name, points=points, wait=True), name)
-
-
-def _status_error(exc: UnexpectedResponse) -> StoreError:
-    """A Qdrant error status as a store error: a full disk (Qdrant answers 500 "No space left on device")
-    is :class:`StoreFull` (507), everything else :class:`StoreError` (503)."""
-    content = exc.content.decode("utf-8", "replace") if isinstance(exc.content, bytes) else str(exc.content)
-    if exc.status_code == 507 or "No space left on device" in content or "out of disk" in content.lower():
-        return StoreFull(f"Qdrant cannot write: its disk is full (answered {exc.status_code})")
-    if exc.status_code == 504:
-        return StoreTimeout("Qdrant answered 504 (its own timeout)")
-    return StoreError(f"Qdrant answered {exc.status_code}")
 
 
 def _stored(point: models.Record) -> StoredPoint:

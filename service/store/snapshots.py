@@ -1,4 +1,5 @@
-"""Snapshots of the embedded store: a folder, checked file by file, that a restore turns back into a store folder.
+"""Snapshots of the store: a folder, checked file by file, that a restore turns back into a store folder (the
+embedded store) or into collections of a Qdrant server (``service.store.server_snapshots``).
 
 Layout of one snapshot (the store folder's own layout, plus the manifest)::
 
@@ -15,9 +16,19 @@ complete, so a refused or interrupted restore leaves the target as it was.
 The engine's files are sparse (a WAL segment or an empty vector chunk is 32 MiB long and takes 4 KiB): copies
 keep their holes (``SEEK_DATA``/``SEEK_HOLE``), so a snapshot takes on disk about what the store takes.
 
+A Qdrant server's snapshot has the same manifest (``backend: "server"``, no marker) over one archive per
+collection as Qdrant made it, beside ragserve's settings of the collection::
+
+    collections/<name>/collection.json           as above (on a server: the collection's metadata)
+    collections/<name>/collection.snapshot       Qdrant's snapshot of the collection, downloaded
+
+:func:`prune` keeps the newest snapshots of a folder (``RAGSERVE_SNAPSHOT_KEEP``); :func:`scan` lists them, and
+the folders whose manifest cannot be read apart, so that one broken folder does not hide the others.
+
 Errors::
 
     SnapshotError (400 ``snapshot_invalid``)      the folder is not a snapshot, or a file does not match
+                                                  (``snapshot_manifest_mismatch``: not the manifest expected)
     RestoreTargetNotEmpty (409)                    restore refuses to write over anything
     SnapshotNotFound (404)
 """
@@ -26,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -37,6 +49,8 @@ from typing import Any
 from service import __version__
 from service.errors import BadRequest, Conflict, NotFound
 from service.store.files import copy_sparse, sha256_file
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "snapshot.json"
 FORMAT = 1
@@ -80,14 +94,29 @@ class SnapshotInfo:
     def read(cls, folder: Path) -> SnapshotInfo:
         raw = _read_manifest_bytes(folder)
         manifest = _parse(folder, raw)
-        return cls(
-            id=folder.name, path=folder, created_at=str(manifest.get("created_at", "")),
-            backend=str(manifest.get("backend", "")),
-            collections={c["name"]: int(c["points"]) for c in manifest.get("collections", [])},
-            files=len(manifest.get("files", {})),
-            bytes=sum(int(f["bytes"]) for f in manifest.get("files", {}).values()),
-            manifest_sha256=hashlib.sha256(raw).hexdigest(), store_marker=dict(manifest.get("store_marker") or {}),
-        )
+        try:
+            return cls(
+                id=folder.name, path=folder, created_at=str(manifest.get("created_at", "")),
+                backend=str(manifest.get("backend", "")),
+                collections={c["name"]: int(c["points"]) for c in manifest.get("collections", [])},
+                files=len(manifest.get("files", {})),
+                bytes=sum(int(f["bytes"]) for f in manifest.get("files", {}).values()),
+                manifest_sha256=hashlib.sha256(raw).hexdigest(),
+                store_marker=dict(manifest.get("store_marker") or {}),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise SnapshotError(f"the manifest of {folder} is malformed: a collection or a file entry lacks a field",
+                                code="snapshot_corrupt") from None
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A folder of the snapshot directory with a manifest that cannot be read (left out of a listing)."""
+
+    id: str
+    path: Path
+    code: str
+    message: str
 
 
 def new_id(now: datetime | None = None) -> str:
@@ -96,10 +125,10 @@ def new_id(now: datetime | None = None) -> str:
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
-def check_location(dest: Path, store_root: Path) -> None:
+def check_location(dest: Path, store_root: Path | None) -> None:
     """Refuse a snapshot inside the live store folder (a restore would copy it into itself, and a store that is
-    lost takes its snapshots with it) or one that exists already."""
-    if dest.resolve().is_relative_to(store_root.resolve()):
+    lost takes its snapshots with it; a Qdrant server's store has no folder here) or one that exists already."""
+    if store_root is not None and dest.resolve().is_relative_to(store_root.resolve()):
         raise SnapshotError(f"snapshots must not go inside the store folder {store_root}: set RAGSERVE_SNAPSHOT_DIR "
                             "to a folder beside it", code="snapshot_dir_inside_store")
     if dest.exists():
@@ -160,15 +189,34 @@ def verify(folder: Path) -> dict[str, Any]:
     return manifest
 
 
-def restore(folder: Path, target: Path) -> SnapshotInfo:
-    """Restore the snapshot ``folder`` as the store folder ``target`` (empty or absent), checked first."""
+def check_expected(folder: Path, expect_sha256: str | None) -> None:
+    """Refuse the snapshot unless its manifest's sha256 is ``expect_sha256`` (None: any)."""
+    if expect_sha256 is None:
+        return
+    actual = hashlib.sha256(_read_manifest_bytes(folder)).hexdigest()
+    if actual != expect_sha256.lower():
+        raise SnapshotError(f"the manifest of {folder} has sha256 {actual}, not the {expect_sha256} expected: it is "
+                            "not the snapshot that was taken, or it was changed; nothing was restored",
+                            code="snapshot_manifest_mismatch", param="expect_sha256")
+
+
+def checked(folder: Path, expect_sha256: str | None = None) -> SnapshotInfo:
+    """What the snapshot ``folder`` holds, once its manifest is the one expected and every file matches it."""
+    check_expected(folder, expect_sha256)
+    verify(folder)
+    return SnapshotInfo.read(folder)
+
+
+def restore(folder: Path, target: Path, *, expect_sha256: str | None = None) -> SnapshotInfo:
+    """Restore the snapshot ``folder`` as the store folder ``target`` (empty or absent), checked first (and
+    refused unless its manifest's sha256 is ``expect_sha256``, when given)."""
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise RestoreTargetNotEmpty(target)
-    verify(folder)
-    info = SnapshotInfo.read(folder)
+    info = checked(folder, expect_sha256)
     if info.backend != "edge":
-        raise SnapshotError(f"snapshot {folder} is of a Qdrant server ({info.backend}): restore it with Qdrant's "
-                            "snapshot recovery, not into an embedded store folder", code="snapshot_backend")
+        raise SnapshotError(f"snapshot {folder} is of a Qdrant server ({info.backend}): restore it into a Qdrant "
+                            "server (ragserve restore SNAPSHOT --qdrant-url URL), not into an embedded store folder",
+                            code="snapshot_backend")
     target.parent.mkdir(parents=True, exist_ok=True)
     work = target.with_name(f".{target.name}.restoring-{secrets.token_hex(3)}")
     try:
@@ -182,12 +230,48 @@ def restore(folder: Path, target: Path) -> SnapshotInfo:
     return info
 
 
-def list_snapshots(root: Path) -> list[SnapshotInfo]:
-    """Every sealed snapshot under ``root``, oldest first (ids sort by time)."""
+def scan(root: Path) -> tuple[list[SnapshotInfo], list[Unreadable]]:
+    """Every sealed snapshot under ``root``, oldest first (ids sort by time), and apart, the folders whose
+    manifest cannot be read (each logged as a warning). A folder without a manifest is not a snapshot (or one
+    still being written, ``.partial``): neither list holds it."""
+    found: list[SnapshotInfo] = []
+    unreadable: list[Unreadable] = []
     if not root.is_dir():
-        return []
-    return [SnapshotInfo.read(p) for p in sorted(root.iterdir())
-            if p.is_dir() and not p.name.endswith(PARTIAL) and (p / MANIFEST).is_file()]
+        return found, unreadable
+    for p in sorted(root.iterdir()):
+        if not p.is_dir() or p.name.endswith(PARTIAL) or not (p / MANIFEST).is_file():
+            continue
+        try:
+            found.append(SnapshotInfo.read(p))
+        except SnapshotError as exc:
+            log.warning("snapshot %s left out of the listing: %s", p, exc.message)
+            unreadable.append(Unreadable(p.name, p, exc.code, exc.message))
+        except OSError as exc:
+            log.warning("snapshot %s left out of the listing: %s", p, exc)
+            unreadable.append(Unreadable(p.name, p, "snapshot_unreadable", f"{p}/{MANIFEST}: {exc.strerror or exc}"))
+    return found, unreadable
+
+
+def list_snapshots(root: Path) -> list[SnapshotInfo]:
+    """Every sealed snapshot under ``root`` whose manifest can be read, oldest first."""
+    return scan(root)[0]
+
+
+def prune(root: Path, keep: int, *, sealed: Path) -> list[Path]:
+    """Delete the oldest sealed snapshots under ``root`` so that ``keep`` remain, ``sealed`` (the one just taken)
+    always among them; a snapshot still being written (``.partial``), a folder without a manifest and one whose
+    manifest cannot be read are never touched (nor counted). The folders deleted, oldest first."""
+    if keep < 1:
+        raise ValueError("keep at least one snapshot")
+    others = [s.path for s in list_snapshots(root) if s.path.resolve() != sealed.resolve()]
+    doomed = others[:max(len(others) - (keep - 1), 0)]
+    for path in doomed:
+        log.info("deleting snapshot %s: RAGSERVE_SNAPSHOT_KEEP=%d newer ones are kept", path, keep)
+        # The manifest first: a deletion cut short leaves a folder that is no longer listed, never a snapshot
+        # that looks whole and is not.
+        (path / MANIFEST).unlink(missing_ok=True)
+        shutil.rmtree(path, ignore_errors=True)
+    return doomed
 
 
 # --- files ----------------------------------------------------------------------------------------------------

@@ -1,20 +1,31 @@
-"""Store snapshots, for a cron job or a Kubernetes CronJob: take one while the API serves, list them. Restore
-is offline (``ragserve restore``): it needs the store closed."""
+"""Store snapshots, for a cron job or a Kubernetes CronJob: take one while the API serves (the embedded store's
+folder, or a Qdrant server's collections), list them, and keep the newest ``RAGSERVE_SNAPSHOT_KEEP``. Restore is
+a command (``ragserve restore``): offline into an empty data folder, or into a Qdrant server lacking the
+collections."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from fastapi import APIRouter, status
 
 from service.api.deps import ApiKey, PrincipalDep, ServicesDep
 from service.api.json_body import JsonRoute
 from service.api.schemas.errors import error_responses
-from service.api.schemas.snapshots import SnapshotCollection, SnapshotCreate, SnapshotList, SnapshotOut
+from service.api.schemas.snapshots import (
+    SnapshotCollection,
+    SnapshotCreate,
+    SnapshotList,
+    SnapshotOut,
+    UnreadableSnapshot,
+)
 from service.auth.principal import Principal
 from service.errors import Forbidden
 from service.store import snapshots
 from service.store.snapshots import SnapshotInfo
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/admin/snapshots", tags=["admin"], dependencies=[ApiKey],
                    responses=error_responses(404, 409, 507), route_class=JsonRoute)
@@ -44,14 +55,24 @@ def _check_may_snapshot(principal: Principal, collection: str | None) -> None:
              summary="Take a snapshot of one collection or of all of them, while searches and indexing go on")
 async def create_snapshot(body: SnapshotCreate, services: ServicesDep, principal: PrincipalDep) -> SnapshotOut:
     _check_may_snapshot(principal, body.collection)
-    dest = services.settings.snapshots_path / snapshots.new_id()
-    return _out(await services.store.snapshot(body.collection, dest))
+    settings = services.settings
+    dest = settings.snapshots_path / snapshots.new_id()
+    info = await services.store.snapshot(body.collection, dest)
+    if settings.snapshot_keep is not None:
+        try:
+            await asyncio.to_thread(snapshots.prune, settings.snapshots_path, settings.snapshot_keep,
+                                    sealed=info.path)
+        except OSError as exc:  # the snapshot is taken: a failed clean-up is the operator's to see, not an error
+            log.warning("could not prune %s: %s", settings.snapshots_path, exc)
+    return _out(info)
 
 
-@router.get("", summary="The snapshots in RAGSERVE_SNAPSHOT_DIR, oldest first")
+@router.get("", summary="The snapshots in RAGSERVE_SNAPSHOT_DIR, oldest first (unreadable ones apart)")
 async def list_snapshots(services: ServicesDep, principal: PrincipalDep) -> SnapshotList:
-    found = await asyncio.to_thread(snapshots.list_snapshots, services.settings.snapshots_path)
     if principal.tenant is not None:
-        found = []
+        return SnapshotList(snapshots=[])
+    found, unreadable = await asyncio.to_thread(snapshots.scan, services.settings.snapshots_path)
     visible = [s for s in found if all(principal.may_reach(c) for c in s.collections)]
-    return SnapshotList(snapshots=[_out(s) for s in visible])
+    broken = [UnreadableSnapshot(id=u.id, path=str(u.path), code=u.code, message=u.message) for u in unreadable]
+    return SnapshotList(snapshots=[_out(s) for s in visible],
+                        unreadable=broken if principal.collections is None else [])

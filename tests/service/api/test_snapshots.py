@@ -15,6 +15,7 @@ import pytest
 from service import cli
 from service.auth.keys import ApiKeyEntry, sha256_hex
 from service.config import Settings
+from service.store import snapshots
 from tests.support.app import API_KEY, app_client, wait_for_job
 from tests.support.scripted_embed import ScriptedEmbedder, scripted_settings, vector_base64
 from tests.support.server import live_server
@@ -85,7 +86,7 @@ async def test_admin_scope_and_the_manifest(tmp_path: Path) -> None:
     files = json.loads(manifest)["files"]
     assert snap["files"] == len(files) and "ragserve-store.json" in files
     assert "collections/kb/collection.json" in files
-    assert listed.status_code == 200 and listed.json() == {"snapshots": [snap]}
+    assert listed.status_code == 200 and listed.json() == {"snapshots": [snap], "unreadable": []}
     assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "collection_not_found")
     assert bad.status_code == 422
 
@@ -168,3 +169,38 @@ def test_the_cli_snapshots_through_the_api_and_restores_offline(tmp_path: Path,
     assert capsys.readouterr().out.startswith(f"restored {Path(path).name} (")
     assert (tmp_path / "new" / "qdrant" / "collections" / "kb" / "collection.json").is_file()
     assert sorted(p.name for p in busy.iterdir()) == ["jobs.sqlite3"]
+
+
+def _sealed(root: Path, snapshot_id: str) -> Path:
+    """A sealed snapshot of the folder format, written by the test (one small file; no engine)."""
+    dest = root / snapshot_id
+    folder = snapshots.staging(dest)
+    (folder / "collections" / "kb").mkdir(parents=True)
+    (folder / "collections" / "kb" / "collection.json").write_text(json.dumps({"id": snapshot_id}))
+    return snapshots.seal(folder, dest, backend="edge", engine={"name": "test", "version": "0"}, counts={"kb": 1},
+                          marker=None).path
+
+
+async def test_retention_prunes_the_oldest_and_the_listing_sets_unreadable_ones_apart(tmp_path: Path) -> None:
+    settings = _settings(tmp_path / "data")
+    settings.snapshot_keep = 2
+    root = settings.snapshots_path
+    old = [_sealed(root, f"2026010{d}T000000Z-00000{d}") for d in (1, 2, 3)]
+    broken = root / "20260100T000000Z-000000"
+    broken.mkdir()
+    (broken / "snapshot.json").write_bytes(b"{not json")
+    partial = root / "20260104T000000Z-000004.partial"  # another snapshot being written
+    partial.mkdir()
+    runner = ScriptedEmbedder()
+    async with app_client(settings, transports={"embedding": runner.transport}) as client:
+        assert (await client.post("/v1/collections", json={"name": "kb"})).status_code == 201
+        taken = await client.post("/v1/admin/snapshots", json={"collection": "kb"})
+        listed = await client.get("/v1/admin/snapshots")
+    assert taken.status_code == 201, taken.text
+    assert listed.status_code == 200, listed.text
+    body = listed.json()
+    assert [s["path"] for s in body["snapshots"]] == [str(old[2]), taken.json()["path"]]
+    assert body["unreadable"] == [{"id": broken.name, "path": str(broken), "code": "snapshot_corrupt",
+                                   "message": f"the manifest of {broken} is not JSON"}]
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [broken.name, old[2].name, partial.name, Path(taken.json()["path"]).name])

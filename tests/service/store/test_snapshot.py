@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from service import cli
 from service.sparse.config import SparseConfig, SparseStats
 from service.store import snapshots
 from service.store.edge import EdgeStore
@@ -221,3 +222,70 @@ async def test_a_snapshot_inside_the_store_or_of_an_unknown_collection_is_refuse
         await store.aclose()
     assert inside.value.code == "snapshot_dir_inside_store"
     assert not (tmp_path / "snaps").exists() or list((tmp_path / "snaps").iterdir()) == []
+
+
+def test_a_manifest_other_than_the_one_expected_is_refused_before_anything_is_written(snapshot: Path,
+                                                                                     tmp_path: Path) -> None:
+    taken = snapshots.SnapshotInfo.read(snapshot).manifest_sha256
+    with pytest.raises(SnapshotError) as other:
+        snapshots.restore(snapshot, tmp_path / "r1", expect_sha256="0" * 64)
+    assert (other.value.code, other.value.param) == ("snapshot_manifest_mismatch", "expect_sha256")
+    assert not (tmp_path / "r1").exists()
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["restore", str(snapshot), "--data-dir", str(tmp_path / "d1"), "--expect-sha256", "1" * 64])
+    assert f"has sha256 {taken}, not the {'1' * 64} expected" in str(refused.value.code)
+    assert not (tmp_path / "d1").exists()
+    assert snapshots.restore(snapshot, tmp_path / "r2", expect_sha256=taken.upper()).collections == \
+        {"kb": CHUNKS_PER_DOC}
+
+
+def _sealed(root: Path, snapshot_id: str) -> Path:
+    """A sealed snapshot of the folder format written by the test (one small file; no engine)."""
+    dest = root / snapshot_id
+    folder = snapshots.staging(dest)
+    (folder / "collections" / "kb").mkdir(parents=True)
+    (folder / "collections" / "kb" / "collection.json").write_text(json.dumps({"id": snapshot_id}))
+    return snapshots.seal(folder, dest, backend="edge", engine={"name": "test", "version": "0"}, counts={"kb": 1},
+                          marker=None).path
+
+
+def _broken(root: Path, snapshot_id: str, manifest: bytes) -> Path:
+    (root / snapshot_id).mkdir(parents=True)
+    (root / snapshot_id / snapshots.MANIFEST).write_bytes(manifest)
+    return root / snapshot_id
+
+
+def test_a_listing_leaves_out_the_folders_whose_manifest_cannot_be_read(tmp_path: Path) -> None:
+    root = tmp_path / "snaps"
+    first, last = _sealed(root, "20260101T000000Z-000001"), _sealed(root, "20260104T000000Z-000004")
+    _broken(root, "20260102T000000Z-000002", b"{not json")
+    _broken(root, "20260103T000000Z-000003", json.dumps({"format": 1, "collections": [{"name": "kb"}]}).encode())
+    _broken(root, "20260103T000000Z-000005", json.dumps({"format": 99}).encode())
+    (root / "20260105T000000Z-000006.partial").mkdir()  # one being written: neither listed nor unreadable
+    (root / "notes").mkdir()  # not a snapshot
+    found, unreadable = snapshots.scan(root)
+    assert [s.path for s in found] == [first, last] == [s.path for s in snapshots.list_snapshots(root)]
+    assert [(u.id, u.code) for u in unreadable] == [("20260102T000000Z-000002", "snapshot_corrupt"),
+                                                    ("20260103T000000Z-000003", "snapshot_corrupt"),
+                                                    ("20260103T000000Z-000005", "snapshot_invalid")]
+
+
+def test_prune_keeps_the_newest_and_never_the_one_just_sealed_a_partial_or_an_unreadable_one(
+        tmp_path: Path) -> None:
+    root = tmp_path / "snaps"
+    ids = [f"2026010{d}T000000Z-00000{d}" for d in range(1, 6)]
+    sealed = [_sealed(root, i) for i in ids]
+    broken = _broken(root, "20260100T000000Z-000000", b"{not json")  # the oldest of all, and unreadable
+    partial = root / "20260109T000000Z-000009.partial"
+    partial.mkdir()
+    (partial / "half.bin").write_bytes(b"being written")
+
+    assert snapshots.prune(root, 2, sealed=sealed[-1]) == sealed[:3]
+    assert sorted(p.name for p in root.iterdir()) == [broken.name, ids[3], ids[4], partial.name]
+    # The one just sealed is kept even where it sorts first (a clock set back): the others make room.
+    early = _sealed(root, "20250101T000000Z-00000a")
+    assert snapshots.prune(root, 2, sealed=early) == sealed[3:4]
+    assert [s.path for s in snapshots.list_snapshots(root)] == [early, sealed[4]]
+    assert (partial / "half.bin").read_bytes() == b"being written" and broken.is_dir()
+    with pytest.raises(ValueError):
+        snapshots.prune(root, 0, sealed=early)
