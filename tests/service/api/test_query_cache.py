@@ -4,7 +4,8 @@ request that reaches it is counted, and it answers each with the vector the test
 - a hit hands the store exactly the vector that filled the entry, and the runner saw one request;
 - keys with a tenant or a collection allowlist never share entries with other keys; unscoped keys share;
 - failed and cancelled embeddings fill nothing; two identical concurrent misses both embed, the first fill stays;
-- ``timings_ms.embed_cached`` and the ``/metrics`` counters say what happened; ``max_bytes`` 0 turns it off.
+- ``timings_ms.embed_cached`` and the ``/metrics`` counters say what happened; ``max_bytes`` 0 turns it off;
+- grounded chat uses the asking key's partition.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from service.auth.keys import ApiKeyEntry, sha256_hex
 from service.config import Settings
 from tests.support.app import app_client
 from tests.support.scripted_embed import MINILM_DIMS, Arrival, ScriptedEmbedder, scripted_settings, vector
+from tests.support.scripted_runner import ScriptedRunner
+from tests.support.scripted_runner import scripted_settings as chat_settings
 
 QUERY = "how often are the vault keys rotated?"
 KEYS = {"tenant-a": "tenant-a-key-0123456789abcdef", "tenant-b": "tenant-b-key-0123456789abcdef",
@@ -226,3 +229,21 @@ async def test_a_sparse_search_embeds_nothing_and_says_nothing_of_the_cache(tmp_
         body = await _search(client, mode="sparse", query="vault keys")
         assert "embed_cached" not in body["timings_ms"] and "embed" not in body["timings_ms"]
         assert runner.arrivals == []
+
+
+async def test_grounded_chat_fills_and_hits_in_the_asking_keys_partition(tmp_path: Path) -> None:
+    """Chat grounding embeds the question through the cache as the asking key: the same key's search then hits,
+    another tenant's misses."""
+    runner = ScriptedRunner(dimensions=MINILM_DIMS)  # every role: embedding, generator
+    settings = chat_settings(tmp_path)
+    settings.qdrant.edge_process = False
+    settings.api_key_hashes = _settings(tmp_path).api_key_hashes
+    async with app_client(settings, transports=runner.transports) as client:
+        assert (await client.post("/v1/collections", json={"name": "kb"})).status_code == 201
+        r = await client.post("/v1/chat/completions", headers={"Authorization": f"Bearer {KEYS['tenant-a']}"}, json={
+            "messages": [{"role": "user", "content": QUERY}], "ragserve": {"collections": ["kb"]}})
+        assert r.status_code == 200, r.text
+        outcomes = [(await _search(client, key))["timings_ms"]["embed_cached"] for key in ("tenant-a", "tenant-b")]
+
+        assert outcomes == [True, False]
+        assert [b["input"] for b in runner.bodies("/v1/embeddings")] == [[QUERY], [QUERY]]
