@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ def _answer(v: np.ndarray) -> httpx.Response:
     })
 
 
-def _nth_vector(arrival_vectors: list[np.ndarray], runner: ScriptedEmbedder) -> Any:
+def _nth_vector(arrival_vectors: list[np.ndarray], runner: ScriptedEmbedder) -> Callable[[Arrival], httpx.Response]:
     """A script answering the runner's n-th request with ``arrival_vectors[n]`` (the last one from then on)."""
 
     def script(arrival: Arrival) -> httpx.Response:
