@@ -340,6 +340,16 @@ class SearchSettings(BaseModel):
     sparse_weight: float = Field(1.5, description="RRF weight of the sparse (BM25) candidates.")
 
 
+class QueryCacheSettings(BaseModel):
+    """The query-embedding cache of each API process (service/search/query_cache.py): a repeated search skips the
+    embedding runner. Entries are kept apart per scoped API key (docs/query-cache.md)."""
+
+    max_bytes: int = Field(
+        64 << 20, ge=0, description="Bytes of query vectors (plus each entry's key) kept per API process, least "
+        "recently used evicted first; 64 MiB holds about 15,000 1024-dimensional queries. 0 turns the cache off.",
+    )
+
+
 class IndexerSettings(BaseModel):
     """The indexing worker: chunking, batching toward the embedding runner, the job queue."""
 
@@ -446,6 +456,7 @@ class Settings(BaseSettings):
     qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
     limits: Limits = Field(default_factory=Limits)
     search: SearchSettings = Field(default_factory=SearchSettings)
+    query_cache: QueryCacheSettings = Field(default_factory=QueryCacheSettings)
     indexer: IndexerSettings = Field(default_factory=IndexerSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     generation: GenerationSettings = Field(default_factory=GenerationSettings)

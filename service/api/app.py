@@ -44,6 +44,7 @@ from service.generation.image_query import ImageQueryWriter
 from service.media.service import MediaService
 from service.observability.requests import RequestContextMiddleware, TracingMiddleware
 from service.profiles import get_profile, resolve_generator
+from service.search.query_cache import QueryEmbeddingCache
 from service.search.service import SearchService
 from service.security.fetch import Resolver, SafeFetcher
 from service.store.factory import open_store
@@ -71,10 +72,13 @@ async def build_services(
         await jobs.close()
         raise
     ss = settings.search
+    query_cache = QueryEmbeddingCache(settings.query_cache.max_bytes)
+    metrics.query_cache.watch(query_cache)
     search_service = SearchService(
         store, embedder, reranker, max_rerank_candidates=settings.limits.max_rerank_candidates,
         observe_stage=metrics.observe_stage,
         fusion=Fusion(ss.fusion, ss.prefetch_limit, ss.rrf_k, ss.dense_weight, ss.sparse_weight),
+        query_cache=query_cache,
     )
     writer = DocumentWriter(store, embedder, settings.limits)
     fetcher = SafeFetcher.from_settings(settings.fetch, resolver=resolver, acquire_timeout_s=up.acquire_timeout_s)

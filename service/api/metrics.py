@@ -1,5 +1,6 @@
-"""Prometheus metrics: request counts and latency per route, latency per pipeline stage, upstream errors, and
-per runner replica (:mod:`service.observability.replica_metrics`).
+"""Prometheus metrics: request counts and latency per route, latency per pipeline stage, upstream errors, per
+runner replica (:mod:`service.observability.replica_metrics`) and of the query-embedding cache
+(:mod:`service.observability.query_cache_metrics`).
 
 One registry per app, so several apps (tests) never collide on global collectors.
 """
@@ -11,6 +12,7 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.observability.query_cache_metrics import QueryCacheCollector
 from service.observability.replica_metrics import ReplicaCollector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -35,6 +37,8 @@ class Metrics:
         )
         self.replicas = ReplicaCollector()
         self.registry.register(self.replicas)
+        self.query_cache = QueryCacheCollector()
+        self.registry.register(self.query_cache)
 
     def observe_stage(self, stage: str, seconds: float) -> None:
         self.stage.labels(stage).observe(seconds)

@@ -156,7 +156,8 @@ class SearchResult(_Model):
     reranked: bool
     mode: str
     hits: list[SearchHit]
-    timings_ms: dict[str, float]
+    timings_ms: dict[str, float | bool]
+    """Milliseconds per stage; ``embed_cached``: whether the query's vector came from the API's cache."""
 
 
 class Citation(_Model):

@@ -70,8 +70,10 @@ class ChatHandler:
         self.settings = settings
         self._observe = observe_stage or (lambda stage, seconds: None)
 
-    async def prepare(self, request: ChatRequest, *, tenant: Tenant | None = None) -> PreparedChat:
-        """``tenant``: the asking key's; grounding retrieves from its chunks only."""
+    async def prepare(self, request: ChatRequest, *, tenant: Tenant | None = None,
+                      cache_partition: str | None = None) -> PreparedChat:
+        """``tenant``: the asking key's; grounding retrieves from its chunks only. ``cache_partition``: the asking
+        key's partition of the query-embedding cache (:class:`service.search.service.SearchQuery`)."""
         model = self.generator.resolve_model(request.model)
         gen = self.settings.generation
         max_tokens = request.max_tokens or gen.max_tokens
@@ -86,7 +88,7 @@ class ChatHandler:
         prepared = PreparedChat(body, model)
         if request.grounding is not None:
             await self.generator.check_available()  # a generator known down: 503 now, not after retrieval
-            await self._ground(request, prepared, last_image, tenant)
+            await self._ground(request, prepared, last_image, tenant, cache_partition)
         return prepared
 
     async def complete(self, prepared: PreparedChat) -> dict[str, Any]:
@@ -180,7 +182,7 @@ class ChatHandler:
 
     async def _ground(
         self, request: ChatRequest, prepared: PreparedChat, image: PreparedImage | None,
-        tenant: Tenant | None,
+        tenant: Tenant | None, cache_partition: str | None,
     ) -> None:
         options = request.grounding
         assert options is not None
@@ -218,7 +220,7 @@ class ChatHandler:
         results = await asyncio.gather(*(
             self.search.search(SearchQuery(
                 collection=name, query=query, top_k=top_k, query_filter=query_filter, rerank=options.rerank,
-                rerank_candidates=options.rerank_candidates, tenant=tenant,
+                rerank_candidates=options.rerank_candidates, tenant=tenant, cache_partition=cache_partition,
             ))
             for name in collections
         ))

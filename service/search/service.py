@@ -1,6 +1,8 @@
-"""The search pipeline: embed the query, vector-search Qdrant, rerank the candidates.
+"""The search pipeline: embed the query (or take its vector from the query-embedding cache), vector-search Qdrant,
+rerank the candidates.
 
-Each stage is timed and reported; stage latencies also feed the Prometheus histograms.
+Each stage is timed and reported; stage latencies also feed the Prometheus histograms (``embed`` only when the
+runner embedded the query: a cache hit says ``embed_cached`` instead, :mod:`service.search.query_cache`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from service.clients.embeddings import EmbeddingClient
 from service.clients.rerank import RerankClient
 from service.errors import BadRequest, Conflict
 from service.observability.tracing import stage
+from service.search.query_cache import QueryEmbeddingCache, QueryKey
 from service.sparse.normalisation import encoder
 from service.store.base import VectorStore
 from service.store.errors import CollectionImporting
@@ -40,7 +43,8 @@ class SearchResult:
     hits: list[RankedHit]
     reranked: bool
     mode: str
-    timings_ms: dict[str, float] = field(default_factory=dict)
+    timings_ms: dict[str, float | bool] = field(default_factory=dict)
+    """Milliseconds per stage; and ``embed_cached`` (a bool) wherever the query was embedded."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,9 @@ class SearchQuery:
     score_details: bool = False
     """Report each hit's dense and BM25 scores beside the fused one: a hybrid search then asks the store for
     them (two more engine queries, restricted to the hits returned), so it is asked for, not always paid."""
+    cache_partition: str | None = None
+    """Whose cached query vectors this search may use and fill (:func:`service.search.query_cache.partition_of` of
+    the searching key); None: the cache is not used (a caller that does not say whose search it is shares nothing)."""
 
 
 class SearchService:
@@ -75,6 +82,7 @@ class SearchService:
         max_rerank_candidates: int = 200,
         observe_stage: StageObserver | None = None,
         fusion: Fusion | None = None,
+        query_cache: QueryEmbeddingCache | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -82,13 +90,14 @@ class SearchService:
         self._max_candidates = max_rerank_candidates
         self._observe = observe_stage or (lambda stage, seconds: None)
         self.fusion = fusion or Fusion()
+        self.query_cache = query_cache
 
     async def search(self, q: SearchQuery) -> SearchResult:
         rerank = self.reranker is not None if q.rerank is None else q.rerank
         if rerank and self.reranker is None:
             raise BadRequest("this deployment's profile has no reranker", code="reranker_not_configured",
                              param="rerank")
-        timings: dict[str, float] = {}
+        timings: dict[str, float | bool] = {}
         started = time.perf_counter()
 
         info = await self.store.describe(q.collection)
@@ -111,10 +120,11 @@ class SearchService:
         dense = sparse = None
         if mode in ("dense", "hybrid"):
             t = time.perf_counter()
-            with stage("embed", collection=q.collection, mode=mode):
-                dense = await self.embedder.embed_query(q.query, task=q.embed_instruction,
-                                                        dimensions=info.dimensions)
-            timings["embed"] = self._stage("embed", t)
+            with stage("embed", collection=q.collection, mode=mode) as span:
+                dense, cached = await self._embed_query(q, info.dimensions)
+                span.set_attribute("ragserve.embed_cached", cached)
+            timings["embed"] = _ms(t) if cached else self._stage("embed", t)
+            timings["embed_cached"] = cached
         if info.sparse is not None and mode in ("sparse", "hybrid"):
             sparse = encoder(info.sparse).encode_query(q.query)
             if not sparse.indices and mode == "sparse":
@@ -147,9 +157,24 @@ class SearchService:
         timings["total"] = round((time.perf_counter() - started) * 1000, 3)
         return SearchResult(hits=ranked, reranked=rerank, mode=mode, timings_ms=timings)
 
+    async def _embed_query(self, q: SearchQuery, dimensions: int) -> tuple[list[float], bool]:
+        """The query's vector, and whether it came from the cache. A miss embeds and fills; a failed or
+        cancelled embedding fills nothing."""
+        instruction = q.embed_instruction or None  # as the client reads it: empty is the deployment's own
+        cache = self.query_cache
+        if cache is None or not cache.enabled or q.cache_partition is None:
+            return await self.embedder.embed_query(q.query, task=instruction, dimensions=dimensions), False
+        key = QueryKey(q.cache_partition, self.embedder.model.name, instruction, dimensions, q.query)
+        vector = cache.get(key)
+        if vector is not None:
+            return vector, True
+        vector = await self.embedder.embed_query(q.query, task=instruction, dimensions=dimensions)
+        cache.put(key, vector)
+        return vector, False
+
     async def _mode_scores(self, q: SearchQuery, mode: str, ranked: list[RankedHit], dense: list[float] | None,
                            sparse: SparseVector | None, scope: Filter | None,
-                           timings: dict[str, float]) -> list[RankedHit]:
+                           timings: dict[str, float | bool]) -> list[RankedHit]:
         """``ranked`` with each hit's dense and BM25 scores. A one-mode search already has its one score (the
         engine's); a fused one asks the store for both, over the same IDF corpus as the fused query."""
         if dense is not None and sparse is not None:
@@ -167,3 +192,7 @@ class SearchService:
         seconds = time.perf_counter() - started
         self._observe(stage, seconds)
         return round(seconds * 1000, 3)
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)

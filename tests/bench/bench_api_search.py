@@ -73,6 +73,9 @@ def api_process(data_dir: Path, *, embed_url: str, rerank_url: str, max_model_le
         "RAGSERVE_HOST": "127.0.0.1", "RAGSERVE_PORT": str(port),
         "RAGSERVE_RUNNERS__EMBED_URL": embed_url, "RAGSERVE_RUNNERS__RERANK_URL": rerank_url,
         "RAGSERVE_RUNNERS__MAX_MODEL_LEN": str(max_model_len), "RAGSERVE_GENERATION__ENABLED": "false",
+        # The pipeline uncached: these benches repeat queries, which the query cache would answer without the
+        # runner (tests/bench/bench_query_cache.py measures the cache).
+        "RAGSERVE_QUERY_CACHE__MAX_BYTES": "0",
         **(env_extra or {}),
     }
     env.pop("RAGSERVE_QDRANT__URL", None)

@@ -44,6 +44,8 @@ def serve(code: Path, data: Path, runner_url: str, extra: dict[str, str]) -> tup
     env = {**os.environ, "PYTHONPATH": str(code), "RAGSERVE_PROFILE": "minilm", "RAGSERVE_DATA_DIR": str(data),
            "RAGSERVE_API_KEYS": KEY, "RAGSERVE_RUNNERS__EMBED_URL": runner_url, "RAGSERVE_INDEXER__POLL_S": "0.1",
            **extra}
+    if (code / "service" / "search" / "query_cache.py").exists():  # the queries repeat: every one must reach the
+        env.setdefault("RAGSERVE_QUERY_CACHE__MAX_BYTES", "0")    # runner (older trees refuse the name)
     log = open(data / "serve.log", "wb")  # noqa: SIM115 - the child's
     proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--with-worker", "--port", str(port)],
                             env=env, cwd=code, stdout=log, stderr=subprocess.STDOUT)

@@ -70,7 +70,7 @@ async def measure(n: int = 300) -> dict[str, dict[str, float]]:
         out["httpx post + json (mock)"] = await timed(post, n)
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(profile="qwen3", data_dir=Path(tmp), api_keys=[API_KEY], generation={"enabled": False},
-                            qdrant={"edge_process": False},
+                            qdrant={"edge_process": False}, query_cache={"max_bytes": 0},  # the same query n times
                             runners={"embed_url": "http://embed.test", "rerank_url": "http://rerank.test"})
         async with app_client(settings, transports={"embedding": httpx.MockTransport(_runner)}) as client:
             (await client.post("/v1/collections", json={"name": "kb", "dimensions": DIMS})).raise_for_status()

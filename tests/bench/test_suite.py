@@ -91,3 +91,21 @@ async def test_overhead_bench_times_every_layer_and_the_api_costs_more_than_the_
                             "ASGI GET /health", "ASGI POST /v1/search (dense)"]
     assert result["ASGI POST /v1/search (dense)"]["cpu_ms"] > result["SearchService.search (dense)"]["cpu_ms"]
     assert "API layer over SearchService.search" in bench_overhead.report(result)
+
+
+def test_query_cache_bench_runs_its_stream_both_ways_on_the_scripted_runner(tmp_path: Path) -> None:
+    """``bench_query_cache --scripted`` (plumbing, no vLLM): the same stream with the cache off and on; with a
+    bound that holds every query, exactly the stream's repeats hit, and with the cache off nothing does."""
+    from tests.bench import bench_query_cache
+
+    out = tmp_path / "query-cache.json"
+    bench_query_cache.main(["--scripted", "--searches", "40", "--docs", "10", "--rounds", "1", "--warmup", "1",
+                            "--json", str(out)])
+    result = json.loads(out.read_text())
+    _, repeats = bench_query_cache.query_stream(40, 0.3, 20)
+    off, on = result["configs"]
+    assert (off["cache"], on["cache"]) == ("off", "on")
+    assert (off["searches"], on["searches"]) == (40, 40)
+    assert off["hit_rate"] == 0.0 and off["repeat_ms"]["n"] == sum(repeats)
+    assert on["hit_rate"] == sum(repeats) / 40 == result["stream_repeats"]
+    assert (on["hit_ms"]["n"], on["miss_ms"]["n"]) == (sum(repeats), 40 - sum(repeats))

@@ -45,6 +45,8 @@ DOCS = [{"id": f"{t}-{i}", "text": f"a note on {t}, number {i}"} for t in TOPICS
 
 def _settings(runner: RunnerProcess, data: Path, **extra: object) -> Settings:
     upstream = {"embed_timeout_s": DEADLINE_S, "backoff_s": 0.05, "unavailable_retry_after_s": float(RETRY_AFTER)}
+    # The query cache off: these searches repeat their queries, and each must reach the runner (dead or back).
+    extra = {"query_cache": {"max_bytes": 0}, **extra}
     return Settings(profile="minilm", data_dir=data, api_keys=[API_KEY], runners={"embed_url": runner.spec.url},
                     upstream=upstream, **extra)  # type: ignore[arg-type]
 

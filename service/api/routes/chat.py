@@ -16,6 +16,7 @@ from service.api.state import Services
 from service.api.streaming import RelayResponse
 from service.errors import BadRequest
 from service.generation.chat import ChatHandler
+from service.search.query_cache import partition_of
 
 router = APIRouter(prefix="/v1", tags=["generation"], dependencies=[ApiKey],
                    responses=error_responses(404, 409, 415, 502), route_class=JsonRoute)
@@ -43,7 +44,8 @@ async def chat_completions(
         for i, name in enumerate(body.ragserve.collections):
             principal.check_collection(name, param=f"ragserve.collections[{i}]")
     handler = _chat(services)
-    prepared = await handler.prepare(body.to_chat_request(), tenant=principal.tenant)
+    prepared = await handler.prepare(body.to_chat_request(), tenant=principal.tenant,
+                                     cache_partition=partition_of(principal))
     if body.stream:
         events = await handler.open_stream(prepared)
         return RelayResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)

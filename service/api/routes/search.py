@@ -20,6 +20,7 @@ from service.media.errors import ImageTooLarge
 from service.media.service import ImageInput
 from service.observability.tracing import stage
 from service.search.filters import build_filter
+from service.search.query_cache import partition_of
 from service.search.service import SearchQuery
 
 router = APIRouter(prefix="/v1", tags=["search"], dependencies=[ApiKey], responses=error_responses(404, 409, 415, 502),
@@ -113,6 +114,7 @@ async def run_search(body: SearchRequest, image: ImageInput | None, services: Se
             fusion=body.fusion,
             tenant=principal.tenant,
             score_details=body.score_details,
+            cache_partition=partition_of(principal),
         )
     )
     hits = [

@@ -47,6 +47,7 @@ async def test_no_stall_while_a_20k_chunk_job_indexes_and_queries_run(qwen3_sett
     qwen3_settings.indexer.poll_s = 0.05
     qwen3_settings.qdrant.edge_process = True  # the production default: the store in its own process
     qwen3_settings.indexer.tokenizer_path = str(tiny_qwen3)
+    qwen3_settings.query_cache.max_bytes = 0  # the searches repeat one query: each must embed beside the job
     words = ["river", "mountain", "signal", "protein", "ledger", "orbit", "harbour", "violin", "copper", "meadow"]
     corpus = "\n".join(
         json.dumps({"_id": f"p{i}", "text": f"passage {i} {words[i % 10]} {words[i // 10 % 10]} {words[i // 100 % 10]}"})

@@ -42,6 +42,7 @@ async def test_searches_are_not_held_behind_bulk_work(minilm_settings: Settings,
     s.upstream.acquire_timeout_s = 1.0
     s.upstream.bulk_max_inflight = 2
     s.indexer.poll_s = 0.1
+    s.query_cache.max_bytes = 0  # five queries in turn: each search must reach the runner beside the bulk work
     timing = TimingTransport()
     jsonl = "\n".join(json.dumps({"id": f"j{i}", "text": _text(i)}) for i in range(JOB_DOCS)).encode()
     writer_docs = [{"id": f"w{i}", "text": _text(JOB_DOCS + i)} for i in range(WRITER_DOCS)]

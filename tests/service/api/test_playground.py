@@ -188,7 +188,8 @@ async def _search(page: Page, api: httpx.AsyncClient, mode: str, fusion: str, re
         assert hit["location"] == _location_shown(api_hit["location"])
     timings = await page.eval_on_selector_all(
         "#timings [data-stage]", "ds => ds.map(d => [d.dataset.stage, d.querySelector('dd').textContent])")
-    assert dict(timings) == {k: f"{_fixed(v, 1)} ms" for k, v in seen["timings_ms"].items()}
+    assert dict(timings) == {k: ("yes" if v else "no") if isinstance(v, bool) else f"{_fixed(v, 1)} ms"
+                             for k, v in seen["timings_ms"].items()}
     assert {"search", "total"} | ({"embed"} if mode != "sparse" else set()) <= set(seen["timings_ms"])
     return expected
 

@@ -244,7 +244,9 @@ function renderResult(result) {
   const timings = $("timings");
   timings.replaceChildren();
   for (const [stage, ms] of Object.entries(result.timings_ms)) {
-    timings.append(el("div", { dataset: { stage } }, el("dt", {}, stage), el("dd", {}, fmtMs(ms))));
+    // Milliseconds, but for embed_cached: whether the query's vector came from the cache.
+    const shown = typeof ms === "boolean" ? (ms ? "yes" : "no") : fmtMs(ms);
+    timings.append(el("div", { dataset: { stage } }, el("dt", {}, stage), el("dd", {}, shown)));
   }
   const terms = queryTerms(result.query);
   $("hits").replaceChildren(...result.hits.map((hit) => renderHit(hit, terms, result.mode)));
