@@ -95,8 +95,11 @@ class VectorStore(ABC):
     @abstractmethod
     async def upsert(
         self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-        sparse: Sequence[SparseVector] | None = None,
-    ) -> None: ...
+        sparse: Sequence[SparseVector | None] | None = None,
+    ) -> None:
+        """Store the chunks with their dense vectors, in one write: ``sparse`` gives each point its sparse
+        vector, or None for a point stored without one (a batch may mix both); None for the whole batch stores
+        none."""
 
     @abstractmethod
     async def delete(self, name: str, where: Filter) -> None:
@@ -152,7 +155,7 @@ class VectorStore(ABC):
 
     async def replace_documents(
         self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-        sparse: Sequence[SparseVector] | None = None, *, scope: Filter | None = None,
+        sparse: Sequence[SparseVector | None] | None = None, *, scope: Filter | None = None,
     ) -> None:
         """Upsert the chunks of whole documents, then drop those documents' chunks of other versions."""
         await self.upsert(name, chunks, vectors, sparse)
@@ -208,6 +211,6 @@ class VectorStore(ABC):
 
 
 def check_vectors(chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-                  sparse: Sequence[SparseVector] | None) -> None:
+                  sparse: Sequence[SparseVector | None] | None) -> None:
     if len(chunks) != len(vectors) or (sparse is not None and len(sparse) != len(chunks)):
         raise ValueError("one vector per chunk")

@@ -320,7 +320,7 @@ class EdgeStore(VectorStore):
 
     async def upsert(
         self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-        sparse: Sequence[SparseVector] | None = None,
+        sparse: Sequence[SparseVector | None] | None = None,
     ) -> None:
         check_vectors(chunks, vectors, sparse)
         coll = self._get(name)
@@ -504,12 +504,13 @@ def _config(dimensions: int, sparse: bool, optimizers: qe.EdgeOptimizersConfig |
 
 
 def _upsert(shard: qe.EdgeShard, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-            sparse: Sequence[SparseVector] | None) -> None:
+            sparse: Sequence[SparseVector | None] | None) -> None:
     points = []
     for i, (c, v) in enumerate(zip(chunks, vectors, strict=True)):
         vector: dict[str, Any] = {DENSE: list(v)}
-        if sparse is not None:
-            vector[SPARSE] = qe.SparseVector(list(sparse[i].indices), list(sparse[i].values))
+        s = sparse[i] if sparse is not None else None
+        if s is not None:
+            vector[SPARSE] = qe.SparseVector(list(s.indices), list(s.values))
         points.append(qe.Point(c.id_in(name), vector, c.payload()))
     shard.update(qe.UpdateOperation.upsert_points(points))
 
@@ -545,12 +546,13 @@ WRITE_COPIES = 3
 
 
 def _write_bytes(chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-                 sparse: Sequence[SparseVector] | None) -> int:
+                 sparse: Sequence[SparseVector | None] | None) -> int:
     """An upper estimate of the bytes one engine write of these points puts on the disk."""
     size = 0
     for i, c in enumerate(chunks):
         size += 256 + len(c.text.encode("utf-8")) + len(json.dumps(c.metadata, ensure_ascii=False, default=str))
-        size += 4 * len(vectors[i]) + (8 * len(sparse[i].indices) if sparse is not None else 0)
+        s = sparse[i] if sparse is not None else None
+        size += 4 * len(vectors[i]) + (8 * len(s.indices) if s is not None else 0)
     return WRITE_COPIES * size
 
 

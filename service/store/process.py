@@ -389,7 +389,7 @@ class ProcessStore(VectorStore):
 
     async def upsert(
         self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-        sparse: Sequence[SparseVector] | None = None,
+        sparse: Sequence[SparseVector | None] | None = None,
     ) -> None:
         matrix = vectors if isinstance(vectors, np.ndarray) else await asyncio.to_thread(_as_matrix, vectors)
         await self._run("upsert", name, list(chunks), matrix, list(sparse) if sparse is not None else None)

@@ -123,16 +123,10 @@ class Importer:
         return created, resumed
 
     async def _write(self, name: str, points: list[ImportPoint]) -> None:
-        """Upsert a batch: the points with a sparse vector together, those without (if any) apart."""
-        if not points:
-            return
-        with_sparse = [p for p in points if p.sparse is not None]
-        without = [p for p in points if p.sparse is None]
-        for group, sparse in ((with_sparse, True), (without, False)):
-            if group:
-                matrix = np.stack([p.dense for p in group])
-                await self.store.upsert(name, [p.chunk for p in group], matrix,
-                                        [p.sparse for p in group] if sparse else None)  # type: ignore[misc]
+        """Upsert a batch in one store write, each point with its sparse vector or without one."""
+        if points:
+            await self.store.upsert(name, [p.chunk for p in points], np.stack([p.dense for p in points]),
+                                    [p.sparse for p in points])
 
 
 def _check_target(existing: CollectionInfo, header: ExportHeader) -> None:

@@ -249,3 +249,36 @@ async def test_an_interrupted_import_resumes_with_every_point_once(tmp_path: Pat
     assert (result.resumed, result.created, result.points, result.stored) == (True, False, N, N)
     assert ids == sorted(chunk(i).id_in("kb") for i in range(N))
     assert after is None
+
+
+class RecordingEdgeStore(EdgeStore):
+    """The embedded store, keeping the ids of each upsert it was asked for (one list per call)."""
+
+    upserts: list[list[str]]
+
+    async def upsert(self, name: str, chunks: Any, vectors: Any, sparse: Any = None) -> None:
+        self.__dict__.setdefault("upserts", []).append([c.id_in(name) for c in chunks])
+        await super().upsert(name, chunks, vectors, sparse)
+
+
+async def test_a_batch_of_points_with_and_without_sparse_vectors_is_one_upsert(tmp_path: Path) -> None:
+    """Points without a sparse vector (every fourth here) go in the same store write as their batch's others,
+    in the file's order, and come out as they went in."""
+    src = await open_store("edge", tmp_path)
+    dst = await RecordingEdgeStore.open(tmp_path / "recording", write_batch=64)
+    try:
+        await src.create_collection("kb", dimensions=DIM, model=MODEL.name, sparse=SparseConfig(k1=1.4))
+        await src.upsert("kb", [chunk(i) for i in range(N)], VECTORS,
+                         [SparseVector(TERMS[i], WEIGHTS[i]) if i % 4 else None for i in range(N)])
+        data = await export_bytes(src)
+        await Importer(dst, MODEL).run("kb", pieces(data), batch=64)
+        (src_payloads, src_dense), (dst_payloads, dst_dense) = await stored(src, "kb"), await stored(dst, "kb")
+    finally:
+        await src.aclose()
+        await dst.aclose()
+    in_file = [json.loads(line)["id"] for line in gzip.decompress(data).splitlines()[1:-1]]
+    assert dst.upserts == [in_file[i:i + 64] for i in range(0, N, 64)]
+    assert dst_payloads == src_payloads
+    assert sorted(pid for pid, (_, s) in dst_payloads.items() if s is None) == sorted(
+        chunk(i).id_in("kb") for i in range(0, N, 4))
+    assert same_dense(dst_dense, src_dense)
