@@ -43,6 +43,8 @@ class VectorStore(ABC):
     :class:`~service.store.errors.StoreTimeout` (504) or :class:`~service.store.errors.CollectionNotFound`."""
 
     backend: str
+    quantizations: frozenset[str] = frozenset()
+    """The dense-vector quantizations :meth:`set_quantization` records on this backend (none by default)."""
     _settings_locks: dict[str, asyncio.Lock]
 
     def settings_lock(self, name: str) -> asyncio.Lock:
@@ -143,6 +145,12 @@ class VectorStore(ABC):
     async def set_importing(self, name: str, export_id: str | None) -> CollectionInfo:
         """Mark the collection as holding an import under way (``export_id``), or clear the mark (None); its
         other settings stay."""
+
+    async def set_quantization(self, name: str, quantization: str) -> CollectionInfo:
+        """Record that the collection's dense vectors are searched ``quantization``-quantized (one of
+        :attr:`quantizations`); its other settings stay. What it takes to build the quantized copy is the
+        backend's (the embedded store: the next ``ragserve optimize``, with the store closed)."""
+        raise ValueError(f"the {self.backend} store does not record a quantization ({quantization!r})")
 
     @abstractmethod
     async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:

@@ -45,6 +45,7 @@ from service.store.base import VectorStore
 from service.store.errors import StoreError
 from service.store.snapshots import SnapshotInfo
 from service.store.types import (
+    INT8,
     Chunk,
     CollectionInfo,
     DocState,
@@ -244,6 +245,7 @@ class ProcessStore(VectorStore):
     """A :class:`~service.store.edge.EdgeStore` in a child process; open with :meth:`open`."""
 
     backend = "edge"
+    quantizations = frozenset({INT8})
 
     def __init__(self, root: Path, process: Any, conn: Connection, min_free_bytes: int) -> None:
         self.root = root
@@ -440,6 +442,12 @@ class ProcessStore(VectorStore):
     async def set_importing(self, name: str, export_id: str | None) -> CollectionInfo:
         self._describe.pop(name, None)
         info = await self._run("set_importing", name, export_id)
+        self._describe[name] = info
+        return info
+
+    async def set_quantization(self, name: str, quantization: str) -> CollectionInfo:
+        self._describe.pop(name, None)
+        info = await self._run("set_quantization", name, quantization)
         self._describe[name] = info
         return info
 
