@@ -239,6 +239,9 @@ def cmd_import(args: argparse.Namespace) -> None:
     how = "resumed and finished" if result["resumed"] else "created" if result["created"] else "filled"
     print(f"{how} '{result['collection']}': {result['points']} points imported, {result['stored']} stored "
           f"(export {result['export_id']})")
+    if result.get("quantization"):
+        print(f"{result['quantization']} quantization recorded: searches oversample and rescore now, and "
+              f"`ragserve optimize {result['collection']}` (with the service stopped) builds the quantized copy")
 
 
 def cmd_worker(args: argparse.Namespace) -> None:

@@ -43,6 +43,8 @@ class VectorStore(ABC):
     :class:`~service.store.errors.StoreTimeout` (504) or :class:`~service.store.errors.CollectionNotFound`."""
 
     backend: str
+    quantizations: frozenset[str] = frozenset()
+    """The dense-vector quantizations :meth:`set_quantization` records on this backend (none by default)."""
     _settings_locks: dict[str, asyncio.Lock]
 
     def settings_lock(self, name: str) -> asyncio.Lock:
@@ -95,8 +97,11 @@ class VectorStore(ABC):
     @abstractmethod
     async def upsert(
         self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-        sparse: Sequence[SparseVector] | None = None,
-    ) -> None: ...
+        sparse: Sequence[SparseVector | None] | None = None,
+    ) -> None:
+        """Store the chunks with their dense vectors, in one write: ``sparse`` gives each point its sparse
+        vector, or None for a point stored without one (a batch may mix both); None for the whole batch stores
+        none."""
 
     @abstractmethod
     async def delete(self, name: str, where: Filter) -> None:
@@ -141,6 +146,12 @@ class VectorStore(ABC):
         """Mark the collection as holding an import under way (``export_id``), or clear the mark (None); its
         other settings stay."""
 
+    async def set_quantization(self, name: str, quantization: str) -> CollectionInfo:
+        """Record that the collection's dense vectors are searched ``quantization``-quantized (one of
+        :attr:`quantizations`); its other settings stay. What it takes to build the quantized copy is the
+        backend's (the embedded store: the next ``ragserve optimize``, with the store closed)."""
+        raise ValueError(f"the {self.backend} store does not record a quantization ({quantization!r})")
+
     @abstractmethod
     async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
         """Replace the sparse vector of existing points (their dense vector and payload stay)."""
@@ -152,7 +163,7 @@ class VectorStore(ABC):
 
     async def replace_documents(
         self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-        sparse: Sequence[SparseVector] | None = None, *, scope: Filter | None = None,
+        sparse: Sequence[SparseVector | None] | None = None, *, scope: Filter | None = None,
     ) -> None:
         """Upsert the chunks of whole documents, then drop those documents' chunks of other versions."""
         await self.upsert(name, chunks, vectors, sparse)
@@ -208,6 +219,6 @@ class VectorStore(ABC):
 
 
 def check_vectors(chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-                  sparse: Sequence[SparseVector] | None) -> None:
+                  sparse: Sequence[SparseVector | None] | None) -> None:
     if len(chunks) != len(vectors) or (sparse is not None and len(sparse) != len(chunks)):
         raise ValueError("one vector per chunk")

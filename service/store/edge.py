@@ -65,6 +65,7 @@ from service.store.errors import (
 from service.store.layout import ENGINE, MARKER, engine_version, lock_store
 from service.store.types import (
     DENSE,
+    INT8,
     INTERNAL_INDEXES,
     SPARSE,
     TENANT,
@@ -110,6 +111,7 @@ class _Collection:
 
 class EdgeStore(VectorStore):
     backend = "edge"
+    quantizations = frozenset({INT8})
 
     def __init__(self, root: Path, *, max_concurrency: int = 8, timeout_s: float = 10.0, threads: int = 2,
                  write_batch: int = 128, hnsw_ef: int = 256, int8_oversampling: float = 2.0,
@@ -320,7 +322,7 @@ class EdgeStore(VectorStore):
 
     async def upsert(
         self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-        sparse: Sequence[SparseVector] | None = None,
+        sparse: Sequence[SparseVector | None] | None = None,
     ) -> None:
         check_vectors(chunks, vectors, sparse)
         coll = self._get(name)
@@ -404,10 +406,13 @@ class EdgeStore(VectorStore):
 
     async def set_sparse_settings(self, name: str, sparse: SparseConfig, stats: SparseStats) -> CollectionInfo:
         coll = self._get(name)
-        info = replace(coll.info, sparse=sparse, sparse_stats=stats)
+        return await self._save_info(coll, replace(coll.info, sparse=sparse, sparse_stats=stats))
+
+    async def _save_info(self, coll: _Collection, info: CollectionInfo) -> CollectionInfo:
+        """Write a collection's settings to its ``collection.json`` (atomically), then serve them."""
         meta = {"dimensions": info.dimensions, **info.metadata()}
         self.check_space(SMALL_WRITE_BYTES)
-        await self._run(name, lambda: _write_json(coll.folder / "collection.json", meta))
+        await self._run(info.name, lambda: _write_json(coll.folder / "collection.json", meta))
         coll.info = info
         return info
 
@@ -433,12 +438,17 @@ class EdgeStore(VectorStore):
 
     async def set_importing(self, name: str, export_id: str | None) -> CollectionInfo:
         coll = self._get(name)
-        info = replace(coll.info, importing=export_id)
-        meta = {"dimensions": info.dimensions, **info.metadata()}
-        self.check_space(SMALL_WRITE_BYTES)
-        await self._run(name, lambda: _write_json(coll.folder / "collection.json", meta))
-        coll.info = info
-        return info
+        return await self._save_info(coll, replace(coll.info, importing=export_id))
+
+    async def set_quantization(self, name: str, quantization: str) -> CollectionInfo:
+        """Recorded in ``collection.json``, as ``ragserve optimize --int8`` records it before it quantizes: from
+        now on dense searches oversample and rescore (exact over segments not yet quantized, so harmless), and
+        every ``ragserve optimize`` of the collection builds its int8 copy. The copy itself is never built here:
+        that holds the engine (and the GIL) for seconds to minutes, which no serving process may do."""
+        if quantization not in self.quantizations:
+            return await super().set_quantization(name, quantization)
+        coll = self._get(name)
+        return await self._save_info(coll, replace(coll.info, quantization=quantization))
 
     async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
         coll = self._get(name)
@@ -504,12 +514,13 @@ def _config(dimensions: int, sparse: bool, optimizers: qe.EdgeOptimizersConfig |
 
 
 def _upsert(shard: qe.EdgeShard, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-            sparse: Sequence[SparseVector] | None) -> None:
+            sparse: Sequence[SparseVector | None] | None) -> None:
     points = []
     for i, (c, v) in enumerate(zip(chunks, vectors, strict=True)):
         vector: dict[str, Any] = {DENSE: list(v)}
-        if sparse is not None:
-            vector[SPARSE] = qe.SparseVector(list(sparse[i].indices), list(sparse[i].values))
+        s = sparse[i] if sparse is not None else None
+        if s is not None:
+            vector[SPARSE] = qe.SparseVector(list(s.indices), list(s.values))
         points.append(qe.Point(c.id_in(name), vector, c.payload()))
     shard.update(qe.UpdateOperation.upsert_points(points))
 
@@ -545,12 +556,13 @@ WRITE_COPIES = 3
 
 
 def _write_bytes(chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-                 sparse: Sequence[SparseVector] | None) -> int:
+                 sparse: Sequence[SparseVector | None] | None) -> int:
     """An upper estimate of the bytes one engine write of these points puts on the disk."""
     size = 0
     for i, c in enumerate(chunks):
         size += 256 + len(c.text.encode("utf-8")) + len(json.dumps(c.metadata, ensure_ascii=False, default=str))
-        size += 4 * len(vectors[i]) + (8 * len(sparse[i].indices) if sparse is not None else 0)
+        s = sparse[i] if sparse is not None else None
+        size += 4 * len(vectors[i]) + (8 * len(s.indices) if s is not None else 0)
     return WRITE_COPIES * size
 
 
@@ -606,10 +618,6 @@ def to_edge(flt: Filter) -> qe.Filter:
     )
 
 
-INT8 = "int8"
-"""``CollectionInfo.quantization`` (and ``collection.json``'s ``quantization``) of a collection that
-``ragserve optimize --int8`` quantized."""
-
 INDEXING_THRESHOLD_KB = 1
 """The engine's indexing threshold as ``optimize_collection`` sets it: a segment is indexed (HNSW) or quantized
 (int8) only above 1 KB of vectors, so every segment of any real size is, at once (there is no background optimizer
@@ -643,9 +651,10 @@ def optimize_collection(root: Path, name: str, *, int8: bool = False,
         dims, has_sparse = int(meta["dimensions"]), bool(meta.get("sparse"))
         if meta.get("quantization") == INT8 and not int8:
             int8 = True
-            progress(f"{name!r} is int8-quantized (`ragserve optimize {name} --int8`, in its collection.json), and "
-                     "stays so: the engine cannot remove a quantization, and an HNSW graph over int8 vectors was "
-                     "never measured here. For HNSW without int8, index into a new collection.")
+            progress(f"{name!r} is int8-quantized (its collection.json says so: `ragserve optimize {name} --int8`, "
+                     "or an import of an int8 collection, recorded it), and stays so: the engine cannot remove a "
+                     "quantization, and an HNSW graph over int8 vectors was never measured here. For HNSW without "
+                     "int8, index into a new collection.")
         if int8 and meta.get("quantization") != INT8:
             # Recorded before the shard's config changes: a collection.json that says int8 over a shard not yet
             # quantized only oversamples exact searches (harmless); the other way round would lose recall.

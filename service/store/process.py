@@ -45,6 +45,7 @@ from service.store.base import VectorStore
 from service.store.errors import StoreError
 from service.store.snapshots import SnapshotInfo
 from service.store.types import (
+    INT8,
     Chunk,
     CollectionInfo,
     DocState,
@@ -244,6 +245,7 @@ class ProcessStore(VectorStore):
     """A :class:`~service.store.edge.EdgeStore` in a child process; open with :meth:`open`."""
 
     backend = "edge"
+    quantizations = frozenset({INT8})
 
     def __init__(self, root: Path, process: Any, conn: Connection, min_free_bytes: int) -> None:
         self.root = root
@@ -389,7 +391,7 @@ class ProcessStore(VectorStore):
 
     async def upsert(
         self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-        sparse: Sequence[SparseVector] | None = None,
+        sparse: Sequence[SparseVector | None] | None = None,
     ) -> None:
         matrix = vectors if isinstance(vectors, np.ndarray) else await asyncio.to_thread(_as_matrix, vectors)
         await self._run("upsert", name, list(chunks), matrix, list(sparse) if sparse is not None else None)
@@ -440,6 +442,12 @@ class ProcessStore(VectorStore):
     async def set_importing(self, name: str, export_id: str | None) -> CollectionInfo:
         self._describe.pop(name, None)
         info = await self._run("set_importing", name, export_id)
+        self._describe[name] = info
+        return info
+
+    async def set_quantization(self, name: str, quantization: str) -> CollectionInfo:
+        self._describe.pop(name, None)
+        info = await self._run("set_quantization", name, quantization)
         self._describe[name] = info
         return info
 

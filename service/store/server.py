@@ -197,17 +197,12 @@ class ServerStore(VectorStore):
 
     async def upsert(
         self, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-        sparse: Sequence[SparseVector] | None = None,
+        sparse: Sequence[SparseVector | None] | None = None,
     ) -> None:
         check_vectors(chunks, vectors, sparse)
         points = [
-            models.PointStruct(
-                id=c.id_in(name),
-                vector=(
-                    {DENSE: list(v), SPARSE: _sparse(sparse[i])} if sparse is not None else {DENSE: list(v)}
-                ),
-                payload=c.payload(),
-            )
+            models.PointStruct(id=c.id_in(name), vector=_vectors(v, sparse[i] if sparse is not None else None),
+                               payload=c.payload())
             for i, (c, v) in enumerate(zip(chunks, vectors, strict=True))
         ]
         await self._call(lambda: self.client.upsert(name, points=points, wait=True), name)
@@ -330,6 +325,11 @@ def _stored(point: models.Record) -> StoredPoint:
     return StoredPoint(str(point.id), dict(point.payload or {}), dense,  # type: ignore[arg-type]
                        SparseVector(list(sparse.indices), list(sparse.values))
                        if isinstance(sparse, models.SparseVector) else None)
+
+
+def _vectors(dense: Sequence[float], sparse: SparseVector | None) -> dict[str, Any]:
+    """A point's named vectors: the dense one, and the sparse one where it has one."""
+    return {DENSE: list(dense)} if sparse is None else {DENSE: list(dense), SPARSE: _sparse(sparse)}
 
 
 def _sparse(v: SparseVector) -> models.SparseVector:

@@ -27,6 +27,9 @@ TENANT = "tenant"
 """Internal payload field: ``field=value`` of the tenant that wrote the chunk; absent for untenanted writes."""
 INTERNAL_INDEXES = {"doc_id": "keyword", "source": "keyword", "content_hash": "keyword", TENANT: "keyword"}
 """Payload indexes every collection gets, so replacing or deleting a document is not a scan."""
+INT8 = "int8"
+"""``CollectionInfo.quantization`` (and ``collection.json``'s ``quantization``) of a collection whose dense vectors
+are int8-quantized: ``ragserve optimize --int8`` quantized it, or an import of an int8 collection recorded it."""
 
 
 def point_id(collection: str, doc_id: str, chunk_index: int, tenant: str | None = None) -> str:
@@ -103,8 +106,9 @@ class CollectionInfo:
     sparse_stats: SparseStats | None = None
     """Length statistics of the documents written so far (service.sparse.normalisation keeps them)."""
     quantization: str | None = None
-    """``"int8"`` once ``ragserve optimize --int8`` quantized the dense vectors (embedded store only): its dense
-    searches then oversample and rescore (``RAGSERVE_QDRANT__INT8_OVERSAMPLING``)."""
+    """``"int8"`` once ``ragserve optimize --int8`` quantized the dense vectors, or an import of an int8 export
+    recorded it (embedded store only): its dense searches then oversample and rescore
+    (``RAGSERVE_QDRANT__INT8_OVERSAMPLING``), and every ``ragserve optimize`` builds the int8 copy."""
     importing: str | None = None
     """The export id of an import still under way (``service.transfer``): set before its first point is written,
     cleared after its last; a collection that holds it is incomplete (searches answer 409)."""

@@ -4,7 +4,9 @@ Line 1, the header (:class:`ExportHeader`): ``{"format": "ragserve-export", "ver
 "collection", "model", "dimensions", "distance", "filter_fields", "sparse", "sparse_stats", "quantization",
 "points", "exported_at", "ragserve_version", "backend"}``: every setting the collection carries, so that an
 import recreates it exactly (``sparse`` is its BM25 analysis settings or null, ``sparse_stats`` its BM25 length
-statistics, so BM25 scores come out the same; ``points`` is the count when the export began, for progress).
+statistics, so BM25 scores come out the same; ``quantization`` is ``"int8"`` for a collection ``ragserve optimize
+--int8`` quantized, recorded by an import where the target records one; ``points`` is the count when the export
+began, for progress). A reader takes a header without ``quantization`` (older files) as none.
 
 Then one line per point: its payload fields as the store holds them (``doc_id``, ``chunk_index``, ``text``,
 ``metadata``, ``content_hash``, ``chunk_count``, and ``source``, ``location``, ``tenant`` where present), its

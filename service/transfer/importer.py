@@ -5,6 +5,12 @@ statistics), or is an existing empty collection whose settings match. Points go 
 in batches of :data:`BATCH` while the body is still arriving (constant memory). Ids come from the target's name
 (``Chunk.id_in``), so importing the same file twice stores every point once.
 
+Quantization. The header's ``quantization`` (``int8``: the source was ``ragserve optimize --int8``-ed) is recorded
+on the target after the trailer has checked the file, where its backend records one (the embedded store): its
+dense searches oversample and rescore at once, and its next ``ragserve optimize`` builds the int8 copy (never
+here: that holds the engine for minutes). Elsewhere (the server backend) it is left out, with a warning. A file
+without the field (written before it was carried) imports as it always did.
+
 Resuming. The collection is marked ``importing: <export id>`` before its first point and cleared after the
 trailer has checked the file. An import cut off (the client went away, the service was killed) leaves the mark:
 searches and exports of the collection answer 409 ``collection_importing``, and running the same import again
@@ -43,6 +49,8 @@ class ImportResult:
     """Points the collection holds now."""
     created: bool
     resumed: bool
+    quantization: str | None = None
+    """The quantization the collection records now (the export's, where this store records one)."""
 
 
 @dataclass
@@ -88,9 +96,11 @@ class Importer:
                 await self.store.delete_collection(name)
             raise
         assert header is not None
-        await self.store.set_importing(name, None)
+        if header.quantization is not None:
+            await self._quantize(name, header.quantization)  # before the mark goes: a crash between resumes both
+        info = await self.store.set_importing(name, None)
         stored = await self.store.count(name)
-        return ImportResult(name, header.export_id, points, stored, created, resumed)
+        return ImportResult(name, header.export_id, points, stored, created, resumed, info.quantization)
 
     async def _prepare(self, name: str, header: ExportHeader) -> tuple[bool, bool]:
         """Check the header against this service and the target; create or mark the target. (created, resumed)"""
@@ -122,17 +132,20 @@ class Importer:
             await self.store.set_sparse_settings(name, header.sparse, header.sparse_stats or SparseStats())
         return created, resumed
 
-    async def _write(self, name: str, points: list[ImportPoint]) -> None:
-        """Upsert a batch: the points with a sparse vector together, those without (if any) apart."""
-        if not points:
+    async def _quantize(self, name: str, quantization: str) -> None:
+        """Record the export's quantization on the target, where its backend records that one."""
+        if quantization in self.store.quantizations:
+            await self.store.set_quantization(name, quantization)
             return
-        with_sparse = [p for p in points if p.sparse is not None]
-        without = [p for p in points if p.sparse is None]
-        for group, sparse in ((with_sparse, True), (without, False)):
-            if group:
-                matrix = np.stack([p.dense for p in group])
-                await self.store.upsert(name, [p.chunk for p in group], matrix,
-                                        [p.sparse for p in group] if sparse else None)  # type: ignore[misc]
+        log.warning("import into %r: the export's %s quantization is not carried over (the %s store does not "
+                    "record one); its points are stored and searched unquantized", name, quantization,
+                    self.store.backend)
+
+    async def _write(self, name: str, points: list[ImportPoint]) -> None:
+        """Upsert a batch in one store write, each point with its sparse vector or without one."""
+        if points:
+            await self.store.upsert(name, [p.chunk for p in points], np.stack([p.dense for p in points]),
+                                    [p.sparse for p in points])
 
 
 def _check_target(existing: CollectionInfo, header: ExportHeader) -> None:

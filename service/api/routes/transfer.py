@@ -41,7 +41,8 @@ async def export_collection(services: ServicesDep, name: str = CollectionName) -
 async def import_collection(request: Request, services: ServicesDep, name: str = CollectionName) -> ImportOut:
     result = await services.importer.run(name, _body(request))
     return ImportOut(collection=result.collection, export_id=result.export_id, points=result.points,
-                     stored=result.stored, created=result.created, resumed=result.resumed)
+                     stored=result.stored, created=result.created, resumed=result.resumed,
+                     quantization=result.quantization)
 
 
 async def _body(request: Request) -> AsyncIterator[bytes]:

@@ -107,7 +107,7 @@ async def test_export_then_import_into_the_other_backend_answers_the_same_withou
     assert requests_after == requests_before  # not one /v1/embeddings call during export and import
     assert len(requests_before) > 0
     assert imported.json() | {"export_id": None} == {"collection": "kb", "export_id": None, "points": N, "stored": N,
-                                                     "created": True, "resumed": False}
+                                                     "created": True, "resumed": False, "quantization": None}
     assert answers["b"] == answers["a"]
     assert all(len(ids) == 10 for mode in ("dense", "sparse", "hybrid-dbsf") for ids in answers["a"][mode])
     assert described[1] == described[0]

@@ -268,3 +268,27 @@ async def test_matryoshka_sizes(store: VectorStore, dims: int) -> None:
     hits = await store.query("m", dense=vectors[13].tolist(), limit=3)
     assert hits[0].doc_id == "x13" and hits[0].score == pytest.approx(1.0, abs=1e-5)
     assert (await store.describe("m")).dimensions == dims
+
+
+async def test_one_upsert_stores_points_with_and_without_a_sparse_vector(store: VectorStore) -> None:
+    """A batch may mix points with a sparse vector and points without one (an import of a collection that has
+    both): one upsert stores each as given, and a BM25 query finds only those with one."""
+    await store.create_collection("c", dimensions=DIM, model="m", sparse=SparseConfig())
+    given = [SparseVector(TERMS[i], WEIGHTS[i]) if i % 3 else None for i in range(N)]
+    await store.upsert("c", [chunk(i) for i in range(N)], VECTORS.tolist(), given)
+
+    points = {p.id: p for page in [page async for page in store.export_points("c")] for p in page}
+    assert sorted(points) == sorted(point_id("c", DOCS[i]["doc_id"], 0) for i in range(N))
+    for i in range(N):
+        p = points[point_id("c", DOCS[i]["doc_id"], 0)]
+        s = given[i]
+        assert (p.sparse and (p.sparse.indices, np.float32(p.sparse.values).tolist())) == (
+            s and (s.indices, np.float32(s.values).tolist())), i
+        assert p.payload["text"] == f"text {i}"
+    q = SparseVector([2, 5, 9], [1.0, 1.0, 1.0])
+    with_sparse = [i for i in range(N) if given[i] is not None]
+    expected = bm25_oracle(with_sparse, q.indices)
+    hits = await store.query("c", sparse=q, limit=N)
+    assert {h.doc_id: h.score for h in hits} == pytest.approx(expected, abs=TOL)
+    dense = await store.query("c", dense=QUERY.tolist(), limit=N)
+    assert sorted(h.doc_id for h in dense) == sorted(d["doc_id"] for d in DOCS)

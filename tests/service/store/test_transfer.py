@@ -5,7 +5,9 @@ same payloads, and a damaged file is refused leaving no collection behind."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from qdrant_client import AsyncQdrantClient
 from service.profiles import EmbeddingModel
 from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore
-from service.store.edge import EdgeStore
+from service.store.edge import EdgeStore, optimize_collection
 from service.store.errors import CollectionNotFound
 from service.store.process import ProcessStore
 from service.store.server import ServerStore
@@ -249,3 +251,113 @@ async def test_an_interrupted_import_resumes_with_every_point_once(tmp_path: Pat
     assert (result.resumed, result.created, result.points, result.stored) == (True, False, N, N)
     assert ids == sorted(chunk(i).id_in("kb") for i in range(N))
     assert after is None
+
+
+class RecordingEdgeStore(EdgeStore):
+    """The embedded store, keeping the ids of each upsert it was asked for (one list per call)."""
+
+    upserts: list[list[str]]
+
+    async def upsert(self, name: str, chunks: Any, vectors: Any, sparse: Any = None) -> None:
+        self.__dict__.setdefault("upserts", []).append([c.id_in(name) for c in chunks])
+        await super().upsert(name, chunks, vectors, sparse)
+
+
+async def test_a_batch_of_points_with_and_without_sparse_vectors_is_one_upsert(tmp_path: Path) -> None:
+    """Points without a sparse vector (every fourth here) go in the same store write as their batch's others,
+    in the file's order, and come out as they went in."""
+    src = await open_store("edge", tmp_path)
+    dst = await RecordingEdgeStore.open(tmp_path / "recording", write_batch=64)
+    try:
+        await src.create_collection("kb", dimensions=DIM, model=MODEL.name, sparse=SparseConfig(k1=1.4))
+        await src.upsert("kb", [chunk(i) for i in range(N)], VECTORS,
+                         [SparseVector(TERMS[i], WEIGHTS[i]) if i % 4 else None for i in range(N)])
+        data = await export_bytes(src)
+        await Importer(dst, MODEL).run("kb", pieces(data), batch=64)
+        (src_payloads, src_dense), (dst_payloads, dst_dense) = await stored(src, "kb"), await stored(dst, "kb")
+    finally:
+        await src.aclose()
+        await dst.aclose()
+    in_file = [json.loads(line)["id"] for line in gzip.decompress(data).splitlines()[1:-1]]
+    assert dst.upserts == [in_file[i:i + 64] for i in range(0, N, 64)]
+    assert dst_payloads == src_payloads
+    assert sorted(pid for pid, (_, s) in dst_payloads.items() if s is None) == sorted(
+        chunk(i).id_in("kb") for i in range(0, N, 4))
+    assert same_dense(dst_dense, src_dense)
+
+
+async def int8_export(root: Path) -> bytes:
+    """An export of ``kb`` after ``ragserve optimize kb --int8`` (with the store closed, as the command needs)."""
+    store = await EdgeStore.open(root, write_batch=64)
+    try:
+        await seed(store)
+    finally:
+        await store.aclose()
+    assert optimize_collection(root, "kb", int8=True, progress=lambda _: None)["indexed"] == N
+    store = await EdgeStore.open(root, write_batch=64)
+    try:
+        assert (await store.describe("kb")).quantization == "int8"
+        return await export_bytes(store)
+    finally:
+        await store.aclose()
+
+
+def resealed(data: bytes, header: Any) -> bytes:
+    """The file with its header edited by ``header`` and its trailer's sha256 made to match again."""
+    lines = gzip.decompress(data).split(b"\n")[:-1]
+    first = json.dumps(header(json.loads(lines[0])), ensure_ascii=False, separators=(",", ":")).encode()
+    body = b"".join(line + b"\n" for line in [first, *lines[1:-1]])
+    trailer = json.dumps({"end": True, "points": len(lines) - 2, "sha256": hashlib.sha256(body).hexdigest()})
+    return gzip.compress(body + trailer.encode() + b"\n")
+
+
+async def test_an_int8_collection_imports_as_int8_into_the_embedded_store(tmp_path: Path) -> None:
+    """The header carries ``quantization``; the import records it on the target, and the target's next
+    ``ragserve optimize`` (no ``--int8``) builds its int8 copy: the collection ends as int8 as its source was."""
+    data = await int8_export(tmp_path / "src")
+    dst = await EdgeStore.open(tmp_path / "dst", write_batch=64)
+    try:
+        result = await Importer(dst, MODEL).run("kb", pieces(data))
+        described = await dst.get_collection("kb")
+        dense = await dst.query("kb", dense=QUERY.tolist(), limit=5)
+    finally:
+        await dst.aclose()
+    optimized = optimize_collection(tmp_path / "dst", "kb", progress=lambda _: None)
+
+    assert json.loads(gzip.decompress(data).split(b"\n", 1)[0])["quantization"] == "int8"
+    assert (result.quantization, described.quantization, described.importing, described.points) == (
+        "int8", "int8", None, N)
+    assert len(dense) == 5  # searchable at once: exact over the segment not yet quantized
+    assert (optimized["mode"], optimized["indexed"], optimized["points"]) == ("int8", N, N)
+
+
+async def test_an_int8_collection_imports_unquantized_where_the_backend_records_none(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The server backend: ragserve does not manage a Qdrant server's quantization, so the import stores every
+    point as it would without the field, and says what it left out."""
+    data = await int8_export(tmp_path / "src")
+    dst = await open_store("server", tmp_path)
+    try:
+        with caplog.at_level(logging.WARNING, logger="ragserve.transfer"):
+            result = await Importer(dst, MODEL).run("kb", pieces(data))
+        described = await dst.get_collection("kb")
+        ids = sorted([p.id async for page in dst.export_points("kb") for p in page])
+    finally:
+        await dst.aclose()
+    assert (result.quantization, described.quantization, described.importing) == (None, None, None)
+    assert ids == sorted(chunk(i).id_in("kb") for i in range(N))
+    assert [r.getMessage() for r in caplog.records] == [
+        "import into 'kb': the export's int8 quantization is not carried over (the server store does not record "
+        "one); its points are stored and searched unquantized"]
+
+
+async def test_a_file_without_quantization_imports_as_before(tmp_path: Path) -> None:
+    """A file written before the header carried ``quantization``: the import records none."""
+    data = resealed(await int8_export(tmp_path / "src"), lambda h: {k: v for k, v in h.items() if k != "quantization"})
+    dst = await EdgeStore.open(tmp_path / "dst", write_batch=64)
+    try:
+        result = await Importer(dst, MODEL).run("kb", pieces(data))
+        described = await dst.get_collection("kb")
+    finally:
+        await dst.aclose()
+    assert (result.points, result.quantization, described.quantization, described.points) == (N, None, None, N)
