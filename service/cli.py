@@ -24,6 +24,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     overrides = {k: v for k, v in {
         "profile": getattr(args, "profile", None), "host": getattr(args, "host", None),
         "port": getattr(args, "port", None), "data_dir": getattr(args, "data_dir", None),
+        "workers": getattr(args, "workers", None),
     }.items() if v is not None}
     return Settings(**overrides)
 
@@ -401,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also start the vLLM runners (and restart one that exits, with backoff)")
     p.add_argument("--with-worker", action="store_true",
                    help="also run the indexing worker in this process (needed with the embedded store)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="API processes on the one port (default: $RAGSERVE_WORKERS, else 1); see docs/api-processes.md")
     p.set_defaults(func=cmd_serve)
 
     def api(p: argparse.ArgumentParser) -> None:

@@ -277,6 +277,10 @@ class QdrantSettings(BaseModel):
         True, description="Embedded store: run Qdrant Edge in a child process of its own (one per data folder), so "
         "its engine calls, which hold the GIL, never pause the API's event loop. false: in this process.",
     )
+    edge_socket: Path | None = Field(
+        None, description="Embedded store: attach to the store owner listening on this Unix socket instead of opening "
+        "the folder (`serve --workers N` sets it for its API processes: <store folder>/.owner.sock).",
+    )
     edge_write_batch: int = Field(
         64, ge=1, description="Embedded store: points per engine write (each holds the GIL: 64 points of 1024 "
         "dimensions is about 20 ms)."
@@ -433,6 +437,11 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="Interface the API listens on (`serve`, `demo`).")
     port: int = Field(8000, description="Port the API listens on.")
+    workers: int = Field(
+        1, ge=1, description="API processes `serve` runs on the one port (`--workers`). Over 1 on the embedded "
+        "store, one store owner process holds the folder and every API process attaches to it "
+        "(docs/api-processes.md); with `--with-worker` one of them at a time runs the indexing worker.",
+    )
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="Full-access bearer keys (every scope), comma-separated in the environment."
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 import time
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 
 import httpx
 import uvicorn
+from fastapi import FastAPI
 from pydantic import SecretStr
 
 from service.api.app import create_app
@@ -37,10 +39,69 @@ def preflight(settings: Settings) -> None:
 
 def serve(settings: Settings, *, with_worker: bool = False) -> None:
     preflight(settings)
+    if settings.workers > 1:
+        serve_processes(settings, with_worker=with_worker)
+        return
     # log_config=None: uvicorn leaves logging as service.observability.logs configured it (its loggers
     # propagate to our handler, so its lines carry the request id and the chosen format too).
     uvicorn.run(create_app(settings, with_worker=with_worker), host=settings.host, port=settings.port,
                 log_level=settings.log_level.lower(), access_log=False, log_config=None)
+
+
+def serve_processes(settings: Settings, *, with_worker: bool) -> None:
+    """``settings.workers`` API processes on one port (uvicorn's supervisor: it binds the port, starts them with
+    :func:`api_process_app` or :func:`api_process_app_with_worker`, and starts again one that dies). On the
+    embedded store, the store owner starts first and outlives them (docs/api-processes.md)."""
+    owner = None
+    if not settings.qdrant.url:
+        from service.store.factory import edge_options
+        from service.store.owner import StoreOwner
+
+        owner = StoreOwner(settings.qdrant_path.resolve(), edge_options(settings))
+        owner.start()
+        settings.qdrant.edge_socket = owner.socket
+    os.environ.update(process_environment(settings))  # what the API processes build their settings from
+    target = "api_process_app_with_worker" if with_worker else "api_process_app"
+    try:
+        uvicorn.run(f"service.server:{target}", factory=True, workers=settings.workers, host=settings.host,
+                    port=settings.port, log_level=settings.log_level.lower(), access_log=False, log_config=None)
+    finally:
+        if owner is not None:
+            owner.stop()
+
+
+def process_environment(settings: Settings) -> dict[str, str]:
+    """The settings ``serve`` decided beyond its environment (its options, a generated key, the owner's socket),
+    as the variables an API process reads them from."""
+    env = {"RAGSERVE_PROFILE": settings.profile, "RAGSERVE_DATA_DIR": str(settings.data_dir.resolve()),
+           "RAGSERVE_HOST": settings.host, "RAGSERVE_PORT": str(settings.port),
+           "RAGSERVE_WORKERS": str(settings.workers)}
+    if settings.qdrant.edge_socket is not None:
+        env["RAGSERVE_QDRANT__EDGE_SOCKET"] = str(settings.qdrant.edge_socket)
+    if settings.api_keys and not os.environ.get("RAGSERVE_API_KEYS"):  # the development key serve generated
+        env["RAGSERVE_API_KEYS"] = ",".join(k.get_secret_value() for k in settings.api_keys)
+    return env
+
+
+def _api_process(with_worker: bool) -> FastAPI:
+    from service.observability.logs import configure_logging
+    from service.observability.tracing import configure_tracing
+
+    settings = Settings()
+    configure_logging(settings.log_format, settings.log_level)
+    configure_tracing(settings.otel)
+    return create_app(settings, with_worker=with_worker)
+
+
+def api_process_app() -> FastAPI:
+    """One of ``serve --workers N``'s API processes (uvicorn calls it in each)."""
+    return _api_process(False)
+
+
+def api_process_app_with_worker() -> FastAPI:
+    """One of ``serve --workers N --with-worker``'s API processes: a candidate to run the indexing worker
+    (:mod:`indexer.election`)."""
+    return _api_process(True)
 
 
 class BackgroundServer:

@@ -22,6 +22,7 @@ from service.config import Settings
 from service.profiles import MINILM, QWEN3
 from service.runners.launcher import RunnerProcess, runner_specs, running
 from service.runners.supervisor import RestartPolicy
+from service.store.owner import StoreOwner
 from service.store.process import ProcessStore
 from tests.support.app import API_KEY
 from tests.support.postgres import PostgresCluster, running_postgres
@@ -147,15 +148,23 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _counted_store_spawns() -> Iterator[None]:
-    """Every store child this session spawns goes through ``ProcessStore.open``: counted against the cap."""
+    """Every store child this session spawns goes through ``ProcessStore.open`` or ``StoreOwner._spawn``:
+    counted against the cap."""
     spawn = ProcessStore.open.__func__  # type: ignore[attr-defined]
 
     async def counting(cls: type[ProcessStore], root: Path, **kwargs: object) -> ProcessStore:
         counted_store_spawn()
         return await spawn(cls, root, **kwargs)
 
+    start_owner = StoreOwner._spawn
+
+    def counting_owner(owner: StoreOwner) -> None:
+        counted_store_spawn()
+        start_owner(owner)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ProcessStore, "open", classmethod(counting))
+        patch.setattr(StoreOwner, "_spawn", counting_owner)
         yield
 
 

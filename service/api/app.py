@@ -143,7 +143,14 @@ def create_app(
                 from indexer.worker import Worker
 
                 worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher)
-                worker_task = asyncio.create_task(worker.run_forever(stop), name="ragserve-worker")
+                if settings.workers > 1:  # one of several API processes: one at a time runs it
+                    from indexer.election import LOCK_NAME, run_when_elected
+
+                    work = run_when_elected(settings.data_dir / LOCK_NAME, lambda: worker.run_forever(stop), stop,
+                                            settings.indexer.poll_s)
+                else:
+                    work = worker.run_forever(stop)
+                worker_task = asyncio.create_task(work, name="ragserve-worker")
             freeze_startup_objects()
             yield {"services": services}
         finally:

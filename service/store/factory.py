@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from qdrant_client import AsyncQdrantClient
 
 from service.config import Settings
@@ -25,12 +27,18 @@ async def open_store(settings: Settings, *, client: AsyncQdrantClient | None = N
                       "write_consistency_factor": q.write_consistency_factor},
             snapshot_api=snapshot_api,
         )
+    if q.edge_socket is not None:  # one of several API processes: the store owner holds the folder
+        return await ProcessStore.attach(settings.qdrant_path, q.edge_socket, min_free_bytes=q.edge_min_free_mb << 20)
     opener = ProcessStore.open if q.edge_process else EdgeStore.open
-    return await opener(
-        settings.qdrant_path, max_concurrency=q.max_concurrency, timeout_s=q.timeout_s, threads=q.edge_threads,
-        write_batch=q.edge_write_batch, hnsw_ef=q.hnsw_ef, int8_oversampling=q.int8_oversampling,
-        min_free_bytes=q.edge_min_free_mb << 20,
-    )
+    return await opener(settings.qdrant_path, **edge_options(settings))
+
+
+def edge_options(settings: Settings) -> dict[str, Any]:
+    """The embedded store's options, as its opener (in this process, its child, or the store owner) takes them."""
+    q = settings.qdrant
+    return {"max_concurrency": q.max_concurrency, "timeout_s": q.timeout_s, "threads": q.edge_threads,
+            "write_batch": q.edge_write_batch, "hnsw_ef": q.hnsw_ef, "int8_oversampling": q.int8_oversampling,
+            "min_free_bytes": q.edge_min_free_mb << 20}
 
 
 def snapshot_client(settings: Settings, url: str | None = None) -> SnapshotApi:

@@ -19,6 +19,7 @@ the folder's lock and exits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -242,14 +243,17 @@ class _Receiver:
 
 
 class ProcessStore(VectorStore):
-    """A :class:`~service.store.edge.EdgeStore` in a child process; open with :meth:`open`."""
+    """A :class:`~service.store.edge.EdgeStore` in another process: a child of this one (:meth:`open`), or the
+    store owner that several API processes share (:meth:`attach`, :mod:`service.store.owner`)."""
 
     backend = "edge"
     quantizations = frozenset({INT8})
 
-    def __init__(self, root: Path, process: Any, conn: Connection, min_free_bytes: int) -> None:
+    def __init__(self, root: Path, process: Any, conn: Connection, min_free_bytes: int,
+                 socket_path: Path | None = None) -> None:
         self.root = root
         self._process = process
+        self._socket_path = socket_path
         self._conn = conn
         self._min_free = min_free_bytes
         self._ids = itertools.count()
@@ -258,6 +262,8 @@ class ProcessStore(VectorStore):
         self._sender = _Sender(conn)
         self._describe: dict[str, CollectionInfo] = {}
         self._closed = False
+        self._broken = False
+        self._reconnecting = asyncio.Lock()
         self._receiver = _Receiver(conn, self._on_reply, self._lost)
 
     @classmethod
@@ -278,6 +284,23 @@ class ProcessStore(VectorStore):
             raise
         return store
 
+    @classmethod
+    async def attach(cls, root: Path, socket_path: Path, *, min_free_bytes: int = 64 << 20) -> ProcessStore:
+        """Connect to the store owner listening on ``socket_path`` (it holds ``root``'s lock). Where the owner is
+        down, a call answers :class:`StoreError` (503) and the next one connects again."""
+        store = cls(root, None, _connect(socket_path), min_free_bytes, socket_path)
+        try:
+            await asyncio.wait_for(store._run("ping"), START_TIMEOUT_S)
+        except BaseException:
+            await store.aclose()
+            raise
+        return store
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes write through the same owner: then nothing read here is cached."""
+        return self._socket_path is not None
+
     # --- the pipe ----------------------------------------------------------------------------------------
 
     def _on_reply(self, reply: tuple[int, bool, Any]) -> None:
@@ -291,6 +314,7 @@ class ProcessStore(VectorStore):
             future.set_exception(_rebuild(value))
 
     def _lost(self) -> None:
+        self._broken = True
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():
@@ -299,6 +323,8 @@ class ProcessStore(VectorStore):
     async def _run(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self._closed and method != "aclose":
             raise StoreError("the embedded store is closed")
+        if self._broken and self._socket_path is not None:
+            await self._reconnect()
         rid = next(self._ids)
         future: asyncio.Future[Any] = self._loop.create_future()
         self._pending[rid] = future
@@ -312,10 +338,35 @@ class ProcessStore(VectorStore):
         finally:
             self._pending.pop(rid, None)
 
+    async def _reconnect(self) -> None:
+        """A new connection to the owner, once per loss however many calls wait for it; :class:`StoreError`
+        while the owner is not listening (it died and its supervisor has not started the next one yet)."""
+        assert self._socket_path is not None
+        async with self._reconnecting:
+            if not self._broken:
+                return
+            conn = _connect(self._socket_path)
+            self._receiver.close()
+            self._sender.close(wait=False)
+            self._conn.close()
+            self._conn = conn
+            self._sender = _Sender(conn)
+            self._receiver = _Receiver(conn, self._on_reply, self._lost)
+            self._describe.clear()
+            self._broken = False
+            log.info("reconnected to the store owner at %s", self._socket_path)
+
     # --- lifecycle ---------------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
         if self._closed:
+            return
+        if self._process is None:  # attached: the owner and its store stay; only this connection ends
+            self._closed = True
+            self._lost()
+            self._receiver.close()
+            self._conn.close()
+            self._sender.close(wait=False)
             return
         try:
             if self._process.poll() is None:
@@ -336,7 +387,9 @@ class ProcessStore(VectorStore):
         await self._run("flush")
 
     async def ping(self) -> bool:
-        return bool(self._process.poll() is None and await self._run("ping"))
+        if self._process is not None and self._process.poll() is not None:
+            return False
+        return bool(await self._run("ping"))
 
     async def snapshot(self, name: str | None, dest: Path) -> SnapshotInfo:
         """Taken by the child (it holds the shards and their write locks); its searches go on meanwhile."""
@@ -363,7 +416,10 @@ class ProcessStore(VectorStore):
         return await self._run("list_collections")
 
     async def describe(self, name: str) -> CollectionInfo:
-        """From this process's cache: every settings change goes through this object, which keeps it current."""
+        """From this process's cache: every settings change goes through this object, which keeps it current;
+        attached to a shared owner, from the owner each time."""
+        if self.shared:  # another API process may have changed it through the owner
+            return await self._run("describe", name)
         info = self._describe.get(name)
         if info is None:
             info = self._describe[name] = await self._run("describe", name)
@@ -455,6 +511,32 @@ class ProcessStore(VectorStore):
         await self._run("set_sparse_vectors", name, list(vectors))
 
 
+def _connect(socket_path: Path) -> Connection:
+    """A connection to the owner's Unix socket; :class:`StoreError` where nothing listens there."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(short_path(socket_path))
+    except OSError as exc:
+        sock.close()
+        raise StoreError(f"the embedded store's owner does not answer at {socket_path}: {exc}") from exc
+    return Connection(sock.detach())
+
+
+def short_path(path: Path) -> str:
+    """``path`` as a Unix socket address: one over the 107 bytes an address holds is reached through
+    ``/proc/self/fd`` of its folder (Linux), so a deep data folder still works."""
+    text = str(path)
+    if len(os.fsencode(text)) < 100:
+        return text
+    folder = str(path.parent)
+    if folder not in _held_dirs:  # kept open: the address stays valid for this process's later connections
+        _held_dirs[folder] = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    return f"/proc/self/fd/{_held_dirs[folder]}/{path.name}"
+
+
+_held_dirs: dict[str, int] = {}
+
+
 def _as_matrix(vectors: Sequence[Sequence[float]], rows: int = 64) -> np.ndarray:
     """float32 rows, converted a slice at a time: one conversion of thousands of lists would hold the GIL for
     tens of milliseconds in a single call."""
@@ -499,8 +581,42 @@ def _child_main(conn: Connection, root: str, kwargs: dict[str, Any]) -> None:
 
 
 async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
+    """The one-to-one child: open the store, serve its one parent's pipe, close the store when the pipe ends."""
     from service.store.edge import EdgeStore
 
+    try:
+        store = await EdgeStore.open(root, **kwargs, inline=True)  # nothing else runs here: see EdgeStore._run
+    except BaseException as exc:  # noqa: BLE001 - the parent raises it (StoreLocked, LegacyStoreLayout ...)
+        await refuse(conn, exc)
+        return
+    try:
+        await serve_connection(store, conn, shared=False)
+    finally:
+        try:
+            await store.aclose()  # idempotent: flushes and releases the lock when the parent went away
+        except Exception as exc:  # noqa: BLE001 - closing must not raise past this point
+            log.warning("closing the embedded store: %s", exc)
+
+
+async def refuse(conn: Connection, exc: BaseException) -> None:
+    """Answer the first request on ``conn`` (the opener's ping) with ``exc``: the store could not be opened."""
+    inbox: asyncio.Queue[Any] = asyncio.Queue()
+    receiver = _Receiver(conn, inbox.put_nowait, lambda: inbox.put_nowait(None))
+    sender = _Sender(conn)
+    try:
+        first = await inbox.get()
+        if first is not None:
+            with contextlib.suppress(OSError, ValueError):
+                await sender.send((first[0], False, _describe_exception(exc)))
+    finally:
+        receiver.close()
+        sender.close(wait=True)
+
+
+async def serve_connection(store: VectorStore, conn: Connection, *, shared: bool) -> None:
+    """Answer one peer's requests on ``conn`` until it closes its end or sends ``aclose``. ``shared`` (the store
+    owner, :mod:`service.store.owner`): the store serves other peers too, so this peer's ``aclose`` ends its own
+    connection only and never closes the store; its open cursors are closed with it either way."""
     inbox: asyncio.Queue[Any] = asyncio.Queue()
 
     receiver = _Receiver(conn, inbox.put_nowait, lambda: inbox.put_nowait(None))
@@ -510,15 +626,8 @@ async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
         try:
             await sender.send(reply)
         except (OSError, ValueError):
-            pass  # the parent is gone: our reader sees EOF and we close
+            pass  # the peer is gone: our reader sees EOF and we close
 
-    try:
-        store = await EdgeStore.open(root, **kwargs, inline=True)  # nothing else runs here: see EdgeStore._run
-    except BaseException as exc:  # noqa: BLE001 - the parent raises it (StoreLocked, LegacyStoreLayout ...)
-        first = await inbox.get()
-        if first is not None:
-            await send((first[0], False, _describe_exception(exc)))
-        return
     cursors: dict[int, AsyncIterator[Any]] = {}
     ids = itertools.count()
     tasks: set[asyncio.Task[None]] = set()
@@ -537,6 +646,8 @@ async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
                                    else _packed(store.export_points(*rest)))
                 value = cursor
             elif method == "_scroll_next":
+                if args[0] not in cursors:  # a reconnected peer asking for a cursor of its old connection
+                    raise StoreError("the embedded store's scroll ended with its connection")
                 try:
                     value = await anext(cursors[args[0]])
                 except StopAsyncIteration:
@@ -558,7 +669,8 @@ async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
             rid, method, args, kw = message
             if method == "aclose":
                 await asyncio.gather(*tasks, return_exceptions=True)
-                await store.aclose()
+                if not shared:
+                    await store.aclose()
                 await send((rid, True, None))
                 return
             task = asyncio.create_task(handle(rid, method, args, kw))
@@ -566,10 +678,10 @@ async def _serve(conn: Connection, root: Path, kwargs: dict[str, Any]) -> None:
             task.add_done_callback(tasks.discard)
     finally:
         await asyncio.gather(*tasks, return_exceptions=True)
-        try:
-            await store.aclose()  # idempotent: flushes and releases the lock when the parent went away
-        except Exception as exc:  # noqa: BLE001 - closing must not raise past this point
-            log.warning("closing the embedded store: %s", exc)
+        for it in cursors.values():
+            if hasattr(it, "aclose"):
+                with contextlib.suppress(Exception):
+                    await it.aclose()
         receiver.close()
         sender.close(wait=True)
 
