@@ -35,9 +35,9 @@ class ServeProcess:
 
 @contextmanager
 def ragserve_serve(data_dir: Path, embed_url: str, env: Mapping[str, str] | None = None,
-                   timeout_s: float = 120.0, *, with_worker: bool = True) -> Iterator[ServeProcess]:
-    """Start ``python -m service.cli serve [--with-worker]`` (the minilm profile, the embedded store under
-    ``data_dir``), wait for ``/health``, stop it with SIGTERM on exit (SIGKILL after 20 s)."""
+                   timeout_s: float = 120.0, *, with_worker: bool = True, workers: int = 1) -> Iterator[ServeProcess]:
+    """Start ``python -m service.cli serve [--with-worker] [--workers N]`` (the minilm profile, the embedded store
+    under ``data_dir``), wait for ``/health``, stop it with SIGTERM on exit (SIGKILL after 20 s)."""
     port = free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     log = data_dir / "serve.log"
@@ -48,7 +48,8 @@ def ragserve_serve(data_dir: Path, embed_url: str, env: Mapping[str, str] | None
         "RAGSERVE_HOST": "127.0.0.1", "RAGSERVE_PORT": str(port), **(env or {}),
     }
     with open(log, "ab") as out:
-        command = [sys.executable, "-m", "service.cli", "serve", *(["--with-worker"] if with_worker else [])]
+        command = [sys.executable, "-m", "service.cli", "serve", *(["--with-worker"] if with_worker else []),
+                   *(["--workers", str(workers)] if workers != 1 else [])]
         proc = subprocess.Popen(command, cwd=ROOT,
                                 env=full_env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
