@@ -101,7 +101,6 @@ SLOW_GATE_ALLOWED = {
     "tests/faults/test_full_disk.py": "an ingest job on a full then freed disk, and a restart of the app",
     "tests/faults/test_api_process_kill.py": "a real serve --workers 2 under load, one API process killed and "
     "started again by uvicorn, the worker's lock taken over after a poll, an ingest job",
-    "tests/service/store/test_owner.py": "three store owners started (one refused), one killed and started again",
 }
 """Gating tests allowed past SLOW_GATE_S of call time, by module, with the reason. Others are listed at the end
 of the run. Listed, not failed: a bound in seconds would make the gate depend on the machine's load, which is what
