@@ -389,6 +389,11 @@ class ProcessStore(VectorStore):
     async def ping(self) -> bool:
         if self._process is not None and self._process.poll() is not None:
             return False
+        if self._process is None:  # attached: an owner that is down (or not yet back) is "down", not an error
+            try:
+                return bool(await self._run("ping"))
+            except StoreError:
+                return False
         return bool(await self._run("ping"))
 
     async def snapshot(self, name: str | None, dest: Path) -> SnapshotInfo:
