@@ -21,7 +21,9 @@ from service.media.raster import flatten, open_raster
 _open_pdf: tuple[str, Any] | None = None
 """(path, PdfDocument) last opened by this worker: the pages of one file come one after another."""
 MIN_DPI, MAX_DPI = 70, 1200
-"""A resolution an image declares outside this range is ignored (screenshots say 72, or nothing; some say 1)."""
+"""A resolution an image declares outside this range is ignored (some say 1). An image that declares none is
+read at the configured dpi: left to guess, Tesseract assumes 70 and drops a ruled table's columns but the first
+(the table fixture's CER is 58 % so, 1.7 % at 96 dpi or more)."""
 
 
 def render_pdf_page(path: str, index: int, dpi: int, max_pixels: int) -> tuple[Image.Image, int]:
@@ -74,6 +76,6 @@ def read_pdf_page(path: str, index: int, dpi: int, max_pixels: int, engine: Tess
     return engine.read(pgm(image), rendered_dpi)
 
 
-def read_image_frame(path: str, fmt: str, frame: int, max_pixels: int, engine: Tesseract) -> str:
+def read_image_frame(path: str, fmt: str, frame: int, max_pixels: int, default_dpi: int, engine: Tesseract) -> str:
     image, dpi = decode_frame(path, fmt, frame, max_pixels)
-    return engine.read(pgm(image), dpi)
+    return engine.read(pgm(image), dpi or default_dpi)

@@ -128,15 +128,17 @@ class WorkerPool:
             self._slots.put(worker)
 
     def map(self, fn: Callable[..., T], calls: Sequence[tuple[Any, ...]], labels: Sequence[str]) -> list[T]:
-        """``fn(*args)`` for every ``args``, up to ``workers`` at once, results in order; the first failure is
-        raised, its message led by that call's label (``page 7: ...``), and calls not yet started are dropped."""
+        """``fn(*args)`` for every ``args``, up to ``workers`` at once, results in order. After a failure, calls
+        not yet started are dropped, those running end, and the failure of the earliest call is raised, its
+        message led by that call's label (``page 7: ...``)."""
         with ThreadPoolExecutor(min(self.workers, max(len(calls), 1)), thread_name_prefix="ragserve-ocr") as threads:
             futures = [threads.submit(self.run, fn, *args) for args in calls]
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            wait(futures, return_when=FIRST_EXCEPTION)
             for future in futures:
                 future.cancel()
+            wait(futures)
             for label, future in zip(labels, futures, strict=True):
-                exc = future.exception() if future in done else None
+                exc = None if future.cancelled() else future.exception()
                 if isinstance(exc, OcrError):
                     raise type(exc)(f"{label}: {exc}") from None
                 if exc is not None:

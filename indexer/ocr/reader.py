@@ -57,7 +57,7 @@ class OcrReader:
         self.require()
         with _spooled(data) as path:
             return _tidy(self.pool.map(pages.read_image_frame, [
-                (path, fmt, f, self.max_pixels, self.engine) for f in range(frames)
+                (path, fmt, f, self.max_pixels, self.settings.dpi, self.engine) for f in range(frames)
             ], [f"page {f + 1}" for f in range(frames)]))
 
     @property

@@ -14,6 +14,7 @@ pages). The document also lists its :class:`~indexer.documents.ImageRegion` s, t
 from __future__ import annotations
 
 import io
+import warnings
 
 from indexer.documents import ImageRegion, ParsedDocument, Section
 from indexer.ocr.errors import OcrError, OcrUnavailable
@@ -69,7 +70,8 @@ def _frame_sizes(data: bytes, fmt: str, max_pixels: int | None) -> list[tuple[in
 
     sizes: list[tuple[int, int]] = []
     try:
-        with open_raster(io.BytesIO(data), fmt) as image:
+        with warnings.catch_warnings(), open_raster(io.BytesIO(data), fmt) as image:
+            warnings.simplefilter("ignore")  # Pillow warns of odd metadata (a short EXIF block): pixels decide
             frames = getattr(image, "n_frames", 1) if fmt == "TIFF" else 1
             if frames > MAX_FRAMES:
                 raise ParseError(f"image refused: {frames} pages (the limit is {MAX_FRAMES})")
@@ -84,7 +86,7 @@ def _frame_sizes(data: bytes, fmt: str, max_pixels: int | None) -> list[tuple[in
                 sizes.append((width, height))
     except ParseError:
         raise
-    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a header Pillow cannot make sense of, whatever it raises
         raise ParseError(f"the {fmt} image could not be read ({type(exc).__name__}: {exc})") from exc
     return sizes
 

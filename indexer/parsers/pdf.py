@@ -1,11 +1,13 @@
 """PDF text layer, page by page (pypdf), and scanned pages read by OCR. Page numbers (1-based) travel with each
 section.
 
-A page is scanned, and read by OCR instead (rendered by PDFium, :mod:`indexer.ocr`), when it draws an image and
-its text layer has fewer non-space characters than ``RAGSERVE_OCR__MIN_CHARS_PER_SQUARE_INCH`` (1 by default)
-times its area: under 94 on a US Letter page, none at all on a scanner's page. A page with a text layer keeps it,
-so a mixed PDF is read page by page; an OCR'd page's sections say ``location.source: "ocr"``. Without OCR
-installed, a scanned page fails its file with how to install it (never a silent skip).
+A page is scanned, and read by OCR instead (rendered by PDFium, :mod:`indexer.ocr`), when it draws an image
+(an image XObject, on the page or in a form it draws) and its text layer has fewer non-space characters than
+``RAGSERVE_OCR__MIN_CHARS_PER_SQUARE_INCH`` (1 by default) times its area: under 94 on a US Letter page, none
+at all on a scanner's page. A page with a text layer keeps it, so a mixed PDF is read page by page; an OCR'd
+page's sections say ``location.source: "ocr"``. Without OCR installed, a scanned page fails its file with how
+to install it (never a silent skip). An image on a scanned page that declares more pixels than
+``RAGSERVE_MEDIA__MAX_IMAGE_PIXELS`` fails its file before anything is rendered.
 
 Hostile files are refused per file, with a reason:
 
@@ -64,8 +66,12 @@ def parse(name: str, data: bytes, ocr: OcrReader | None = None) -> ParsedDocumen
         for index, page in enumerate(pages):
             text = page.extract_text(visitor_operand_before=count) or ""
             texts.append(text)
-            if _is_scanned(page, text, min_density):
+            pixels = _scan_pixels(page, text, min_density)
+            if pixels is not None:
                 scanned.append(index)
+                if ocr is not None and pixels > ocr.max_pixels:  # a decompression bomb, refused before rendering
+                    raise ParseError(f"pdf refused: page {index + 1} draws an image of {pixels} pixels; the limit "
+                                     f"is {ocr.max_pixels} (RAGSERVE_MEDIA__MAX_IMAGE_PIXELS)")
     except _OperatorBudget:
         raise ParseError(f"pdf refused: its pages run more than {MAX_OPERATORS} content operators (a reference "
                          "bomb, or a document to split)") from None
@@ -112,29 +118,35 @@ def _size(page: Any) -> tuple[int, int]:
     return round(abs(float(box.width))), round(abs(float(box.height)))
 
 
-def _is_scanned(page: Any, text: str, min_density: float) -> bool:
-    """The page draws an image and its text layer is sparser than ``min_density`` characters per square inch."""
+def _scan_pixels(page: Any, text: str, min_density: float) -> int | None:
+    """The pixels of the largest image a scanned page draws (declared, not decoded); None when the page is not
+    scanned: it draws no image, or its text layer holds at least ``min_density`` characters per square inch."""
     width, height = _size(page)
     chars = len("".join(text.split()))
     if chars >= min_density * width * height / POINTS_PER_SQUARE_INCH:
-        return False
-    return _draws_image(page.get("/Resources"), FORM_DEPTH)
+        return None
+    return _largest_image(page.get("/Resources"), FORM_DEPTH)
 
 
-def _draws_image(resources: Any, depth: int) -> bool:
-    """An image XObject in ``resources``, or in a form XObject's resources ``depth`` levels down (inline images
-    in the content stream are not looked for: scanners write XObjects)."""
+def _largest_image(resources: Any, depth: int) -> int | None:
+    """Width × height of the largest image XObject in ``resources``, or in a form XObject's resources ``depth``
+    levels down; None when there is none (inline images in the content stream are not looked for: scanners
+    write XObjects)."""
+    largest: int | None = None
     try:
         xobjects = resources.get_object().get("/XObject") if resources is not None else None
         if xobjects is None:
-            return False
+            return None
         for ref in xobjects.get_object().values():
             xobject = ref.get_object()
             subtype = xobject.get("/Subtype")
+            found: int | None = None
             if subtype == "/Image":
-                return True
-            if subtype == "/Form" and depth > 0 and _draws_image(xobject.get("/Resources"), depth - 1):
-                return True
+                found = max(int(xobject.get("/Width", 0)), 0) * max(int(xobject.get("/Height", 0)), 0)
+            elif subtype == "/Form" and depth > 0:
+                found = _largest_image(xobject.get("/Resources"), depth - 1)
+            if found is not None:
+                largest = max(largest or 0, found)
     except (AttributeError, KeyError, TypeError, ValueError):
-        return False  # a malformed resource dictionary draws nothing we can read
-    return False
+        return largest  # a malformed resource dictionary draws nothing more we can read
+    return largest
