@@ -42,6 +42,18 @@ class Section:
 
 
 @dataclass(frozen=True)
+class ImageRegion:
+    """A picture in a document (an image file's page, a scanned PDF page): what OCR read is in the sections;
+    a describer (a vision-language model, not built yet) would take these to add what the picture shows."""
+
+    page: int | None
+    """1-based page (a PDF page, a TIFF page); None for a single image."""
+    width: int
+    """Pixels (an image) or points (a PDF page)."""
+    height: int
+
+
+@dataclass(frozen=True)
 class ParsedDocument:
     doc_id: str
     sections: list[Section]
@@ -50,6 +62,8 @@ class ParsedDocument:
     """The text that offsets point into (sections are slices of it)."""
     chunk: bool = True
     """False when the record is already a passage (JSONL): one chunk, cut at the model's window."""
+    images: tuple[ImageRegion, ...] = ()
+    """Pictures whose text was read by OCR (image files, scanned PDF pages)."""
 
 
 @dataclass(frozen=True)

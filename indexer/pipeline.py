@@ -16,15 +16,18 @@ children; the job's log lines carry ``job-<id>`` as their request id.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from indexer.chunking import Chunker, ChunkText
 from indexer.documents import FileError, ParsedDocument, SourceFile
 from indexer.lease import Lease
-from indexer.parsers import ParseError, parse
+from indexer.ocr.reader import OcrReader
+from indexer.parsers import OCR_FORMATS, ParseError, detect_format, parse
 from indexer.queue import MAX_ERRORS, Job, JobCancelled, JobFailed, JobQueue
 from indexer.sources import SourceError, path_entries, read_file
 from indexer.spec import IngestSpec, PathSource, UploadSource, default_source_name
@@ -37,7 +40,7 @@ from service.observability.tracing import stage
 from service.sparse.normalisation import SparseNormaliser
 from service.store.base import VectorStore
 from service.store.tenancy import Tenant, write_scope
-from service.store.types import Chunk, CollectionInfo
+from service.store.types import Chunk, CollectionInfo, DocState
 
 log = logging.getLogger("ragserve.indexer")
 ChunkerFactory = Callable[[int | None, int], Chunker]
@@ -49,6 +52,13 @@ class Expect:
     """A change to the expected number of documents (files listed, records found in a file)."""
 
     delta: int
+
+
+@dataclass(frozen=True)
+class Unchanged:
+    """A file whose bytes (and the OCR that would read them) match what is stored: skipped before parsing."""
+
+    doc_id: str
 
 
 @dataclass
@@ -72,7 +82,12 @@ class Pipeline:
         self.chunker_factory = chunker_factory
         self.url_fetcher = url_fetcher
         self.sparse = SparseNormaliser(store)
+        self.ocr = OcrReader(settings.ocr, max_pixels=settings.media.max_image_pixels)
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    def close(self) -> None:
+        """Stop the OCR workers (started on a job's first scanned page or image, kept for the next)."""
+        self.ocr.close()
 
     async def run(self, job: Job, cancelled: asyncio.Event, lease: Lease) -> None:
         """Run the job while ``lease`` holds: it is checked right before every embedding request and every
@@ -132,8 +147,15 @@ class Pipeline:
             task.add_done_callback(batch_done)
 
         try:
-            async for item in _iterate_in_thread(self._documents(job.id, spec, chunker, version)):
+            async for item in _iterate_in_thread(self._documents(job.id, spec, chunker, version, stored)):
                 stop_if_needed()
+                if isinstance(item, Unchanged):
+                    if item.doc_id not in seen:
+                        seen.add(item.doc_id)
+                        job.counts.documents_seen += 1
+                        job.counts.documents_unchanged += 1
+                        await self.queue.mark_documents(job, {item.doc_id: "unchanged"})
+                    continue
                 if isinstance(item, Expect):
                     job.counts.documents_total = max((job.counts.documents_total or 0) + item.delta, 0)
                     continue
@@ -193,18 +215,37 @@ class Pipeline:
                             f"{c.documents_failed} document(s) could not be indexed (see errors)")
 
     def _documents(
-        self, job_id: str, spec: IngestSpec, chunker: Chunker, version: tuple[object, ...]
-    ) -> Iterator[DocWork | FileError | Expect]:
-        """Runs in a thread: read, parse and chunk, one document at a time."""
+        self, job_id: str, spec: IngestSpec, chunker: Chunker, version: tuple[object, ...],
+        stored: Mapping[str, DocState],
+    ) -> Iterator[DocWork | FileError | Expect | Unchanged]:
+        """Runs in a thread: read, parse and chunk, one document at a time.
+
+        A file whose text may come from OCR (a PDF, an image) is recognised as unchanged before it is parsed: its
+        hash is its bytes with the OCR reader's identity (engine version, languages, settings), not its text,
+        so re-running an unchanged folder reads no page, and a new engine or language list reads them again."""
         files, count = self._files(job_id, spec)
         yield Expect(count)
+        ocr_identity: str | None = None
         for file in files:
             if isinstance(file, FileError):
                 yield Expect(-1)
                 yield file
                 continue
+            meta_in = dict(spec.metadata)
+            if spec.tenant is not None:
+                meta_in = spec.tenant.stamp(meta_in)
+            file_hash: str | None = None
             try:
-                docs = parse(file)
+                if detect_format(file) in OCR_FORMATS:
+                    if ocr_identity is None:
+                        ocr_identity = self.ocr.identity  # once per job: it runs the engine to ask its version
+                    digest = hashlib.sha256(file.data).hexdigest()
+                    file_hash = content_hash(f"file sha256 {digest}", meta_in, ocr_identity, *version)
+                    state = stored.get(file.name)
+                    if state is not None and state.complete and state.content_hash == file_hash:
+                        yield Unchanged(file.name)
+                        continue
+                docs = parse(file, self.ocr)
             except ParseError as exc:
                 yield Expect(-1)
                 yield FileError(file.name, str(exc))
@@ -215,9 +256,9 @@ class Pipeline:
                 meta = {**doc.metadata, **spec.metadata}
                 if spec.tenant is not None:
                     meta = spec.tenant.stamp(meta)
-                doc = ParsedDocument(doc.doc_id, doc.sections, meta, doc.full_text, doc.chunk)
+                doc = dataclasses.replace(doc, metadata=meta)
                 chunks = chunker.chunk(doc, split=split)
-                yield DocWork(doc, chunks, content_hash(doc.full_text, meta, *version))
+                yield DocWork(doc, chunks, file_hash or content_hash(doc.full_text, meta, *version))
 
     def _files(self, job_id: str, spec: IngestSpec) -> tuple[Iterator[SourceFile | FileError], int]:
         """The source's files, read lazily, and how many there are (called from the reader thread)."""
@@ -350,7 +391,7 @@ class Pipeline:
             job.errors.append({"item": item, "error": error})
 
 
-Item = DocWork | FileError | Expect
+Item = DocWork | FileError | Expect | Unchanged
 
 
 THREAD_HOP_ITEMS = 64

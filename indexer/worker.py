@@ -67,6 +67,12 @@ class Worker:
         """Poll and run jobs until ``stop``. A queue that fails (its disk is full, its file is locked) is
         logged and tried again with backoff: the worker outlives the fault instead of dying with it."""
         log.info("worker %s polling %s", self.id, type(self.queue).__name__)
+        try:
+            await self._poll(stop)
+        finally:
+            self.pipeline.close()
+
+    async def _poll(self, stop: asyncio.Event) -> None:
         poll_s = self.settings.indexer.poll_s
         failures = 0
         while not stop.is_set():

@@ -23,4 +23,5 @@ if [ "$RAGSERVE_VLLM" = cpu ]; then
   # that runner's PYTHONPATH only (service/runners/vl_site.py explains why).
   "$PY" -m service.runners.vl_site install
 fi
+bash deploy/local/install-ocr.sh   # Tesseract for images and scanned PDF pages (as root; says how otherwise)
 "$PY" -c "import vllm, service; print('ragserve setup: ok (vllm', vllm.__version__ + ')')"

@@ -8,6 +8,8 @@
 | reStructuredText | docutils | the reference parser: title levels follow the document's adornments; no file insertion |
 | HTML | trafilatura | maintained main-content extractor: drops navigation, footers, boilerplate; keeps headings |
 | PDF | pypdf | pure-Python, maintained, reads the text layer page by page (page numbers kept) |
+| scanned PDF page | pypdfium2, Tesseract | rendered by PDFium, read by OCR (:mod:`indexer.ocr`, docs/ocr.md) |
+| images | Pillow, Tesseract | PNG, JPEG, WebP, GIF (first frame), TIFF (every page), told by their bytes; text by OCR |
 | Word | python-docx | paragraphs, heading styles and tables in order; pages from Word's recorded page breaks |
 | PowerPoint | python-pptx | one section per slide under its title (``slide``), notes included |
 | Excel | openpyxl | read-only, cached values; whole rows under the header per chunk (``sheet``, ``rows``) |
@@ -24,7 +26,8 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath
 
 from indexer.documents import ParsedDocument, SourceFile
-from indexer.parsers import csv, docx, html, jsonl, markdown, pdf, pptx, rst, text, xlsx
+from indexer.ocr.reader import OcrReader
+from indexer.parsers import csv, docx, html, image, jsonl, markdown, pdf, pptx, rst, text, xlsx
 from indexer.parsers.ooxml import OLE_MAGIC
 
 
@@ -48,6 +51,7 @@ FORMATS = {
     ".md": "markdown", ".markdown": "markdown", ".rst": "rst", ".rest": "rst", ".html": "html", ".htm": "html",
     ".pdf": "pdf", ".jsonl": "jsonl", ".ndjson": "jsonl", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx",
     ".csv": "csv", ".tsv": "tsv", **dict.fromkeys(TEXT_EXTENSIONS, "text"),
+    **dict.fromkeys((".png", ".jpg", ".jpeg", ".jpe", ".webp", ".gif", ".tif", ".tiff"), "image"),
 }
 LEGACY = {".doc": "docx", ".ppt": "pptx", ".xls": "xlsx"}
 CONTENT_TYPES = {
@@ -57,14 +61,20 @@ CONTENT_TYPES = {
     "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
     "application/vnd.openxmlformats-officedocument.presentationml.presentation": "pptx",
     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
+    **dict.fromkeys(("image/png", "image/jpeg", "image/webp", "image/gif", "image/tiff"), "image"),
 }
 BINARY = {"pdf", "docx", "pptx", "xlsx"}
+OCR_FORMATS = frozenset({"pdf", "image"})
+"""Formats whose text may come from OCR: their change hash is the file's bytes with the OCR identity
+(:mod:`indexer.pipeline`), decided before parsing."""
 
 
 def detect_format(file: SourceFile) -> str:
     head = file.data[:1024].lstrip()
     if file.data.startswith(b"%PDF-"):
         return "pdf"
+    if image.is_image(file.data):
+        return "image"
     path = PurePosixPath(file.name.split("?")[0])
     ext = path.suffix.lower()
     if ext in FORMATS:
@@ -84,12 +94,17 @@ def detect_format(file: SourceFile) -> str:
     raise ParseError(f"unsupported file type {ext or file.content_type or 'unknown'!r}")
 
 
-def parse(file: SourceFile) -> Sequence[ParsedDocument]:
-    """The file's documents: a list, or for JSONL a sequence that builds each one as it is iterated."""
+def parse(file: SourceFile, ocr: OcrReader | None = None) -> Sequence[ParsedDocument]:
+    """The file's documents: a list, or for JSONL a sequence that builds each one as it is iterated. Without
+    ``ocr``, an image or a scanned PDF page is a :class:`ParseError`."""
     fmt = detect_format(file)
     try:
+        if fmt == "pdf":
+            return [pdf.parse(file.name, file.data, ocr)]
+        if fmt == "image":
+            return [image.parse(file.name, file.data, ocr)]
         if fmt in BINARY:
-            module = {"pdf": pdf, "docx": docx, "pptx": pptx, "xlsx": xlsx}[fmt]
+            module = {"docx": docx, "pptx": pptx, "xlsx": xlsx}[fmt]
             return [module.parse(file.name, file.data)]
         if fmt == "jsonl":
             return jsonl.parse(file.name, file.data)

@@ -22,7 +22,7 @@ import hashlib
 import io
 from dataclasses import dataclass
 
-from PIL import GifImagePlugin, Image, ImageFile, ImageOps, JpegImagePlugin, PngImagePlugin, WebPImagePlugin
+from PIL import Image, ImageFile, ImageOps
 
 from service.media.errors import (
     ImageTooLarge,
@@ -31,13 +31,8 @@ from service.media.errors import (
     UnsupportedImageFormat,
 )
 from service.media.formats import RASTER, sniff
+from service.media.raster import flatten, open_raster
 
-_DECODERS: dict[str, type[ImageFile.ImageFile]] = {
-    "PNG": PngImagePlugin.PngImageFile,
-    "JPEG": JpegImagePlugin.JpegImageFile,
-    "WEBP": WebPImagePlugin.WebPImageFile,
-    "GIF": GifImagePlugin.GifImageFile,
-}
 JPEG_QUALITY = 90
 
 
@@ -74,7 +69,7 @@ def prepare_image(data: bytes, limits: ImageLimits, *, param: str | None = None)
             f"the image is {what}: ragserve accepts only PNG, JPEG, WebP and GIF images", param=param
         )
     try:
-        with _DECODERS[fmt](io.BytesIO(data)) as image:
+        with open_raster(io.BytesIO(data), fmt) as image:
             width, height = image.size
             if width < 1 or height < 1:
                 raise InvalidImage("the image has no pixels", param=param)
@@ -102,23 +97,9 @@ def _normalize(image: ImageFile.ImageFile, fmt: str, max_side: int) -> Image.Ima
         image.draft("RGB", (max_side, max_side))  # DCT-domain downscale: decodes fewer pixels
     image.load()
     frame: Image.Image = ImageOps.exif_transpose(image) or image
-    frame = _flatten(frame)
+    frame = flatten(frame)
     frame.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)  # only ever shrinks
     return frame
-
-
-def _flatten(image: Image.Image) -> Image.Image:
-    """RGB, with any transparency composited on white (the model sees what a viewer would)."""
-    if image.mode == "RGB":
-        return image
-    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
-        rgba = image.convert("RGBA")
-        background = Image.new("RGB", rgba.size, (255, 255, 255))
-        background.paste(rgba, mask=rgba.getchannel("A"))
-        return background
-    if image.mode.startswith("I;16") or image.mode in ("I", "F"):
-        image = image.point(lambda v: v / 256).convert("L") if image.mode != "F" else image.convert("L")
-    return image.convert("RGB")
 
 
 def _encode(image: Image.Image, fmt: str) -> tuple[bytes, str]:

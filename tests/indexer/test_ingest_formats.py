@@ -83,7 +83,7 @@ async def test_every_document_failed_ends_failed(settings: Settings, tmp_path: P
     errors = {e["item"]: e["error"] for e in job["errors"]}
     assert errors["locked.docx"].startswith("docx file is encrypted")
     assert errors["cut.xlsx"].startswith("not a valid xlsx file")
-    assert errors["picture.png"] == "unsupported file type '.png'"
+    assert errors["picture.png"] == "the PNG image could not be read (SyntaxError: broken PNG file (chunk b''))"
 
 
 async def test_some_failures_still_succeed_with_errors_listed(settings: Settings, tmp_path: Path) -> None:

@@ -60,7 +60,8 @@ class SearchHit(BaseModel):
     text: str
     metadata: dict[str, Any]
     location: dict[str, Any] | None = Field(
-        None, description="Where the chunk sits in its document (char/byte offsets, pages, headings)."
+        None, description="Where the chunk sits in its document (char/byte offsets, pages, headings); "
+        "`source: \"ocr\"` when its text was read by OCR (an image, a scanned PDF page)."
     )
     score: float = Field(description="The score the hits are ordered by (rerank score when reranked).")
     vector_score: float = Field(

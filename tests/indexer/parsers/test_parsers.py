@@ -89,7 +89,13 @@ def test_format_detection(name: str, data: bytes, fmt: str) -> None:
 
 
 def test_unknown_format_is_refused() -> None:
-    with pytest.raises(ParseError, match="unsupported"):
+    with pytest.raises(ParseError, match="^unsupported file type '.bin'$"):
+        parse(SourceFile("model.bin", b"\x00\x01\x02...."))
+
+
+def test_a_file_named_as_an_image_that_is_none_is_refused() -> None:
+    """Images are told by their bytes: a .png that is not a PNG (nor any raster) is refused for what it is."""
+    with pytest.raises(ParseError, match="^not an image ragserve reads: unknown$"):
         parse(SourceFile("image.png", b"\x89PNG...."))
 
 

@@ -126,6 +126,8 @@ def _location_shown(loc: dict[str, Any] | None) -> dict[str, str]:
             shown[key] = str(loc[key])
     if loc.get("rows"):
         shown["rows"] = span(*loc["rows"])
+    if loc.get("source") == "ocr":
+        shown["source"] = "OCR"
     return shown
 
 

@@ -82,6 +82,7 @@ function locationParts(loc) {
   if (loc.slide !== undefined && loc.slide !== null) out.push(["slide", "Slide", String(loc.slide)]);
   if (loc.sheet !== undefined && loc.sheet !== null) out.push(["sheet", "Sheet", String(loc.sheet)]);
   if (Array.isArray(loc.rows) && loc.rows.length === 2) out.push(["rows", "Rows", range(loc.rows[0], loc.rows[1])]);
+  if (loc.source === "ocr") out.push(["source", "Read by", "OCR"]);
   return out;
 }
 
