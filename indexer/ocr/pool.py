@@ -34,6 +34,9 @@ from indexer.ocr.errors import OcrError, OcrFailed, OcrTimeout
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 120.0
+"""How long a new worker may take to start (an interpreter, the OCR modules imported) before its first page: a
+liveness bound, kept apart from the page timeout so that a slow start on a loaded host never fails a page."""
 
 
 class _Lost(OcrFailed):
@@ -60,9 +63,13 @@ class _Worker:
             os.close(to_parent)
         self._send = Connection(to_child, readable=False)
         self._recv = Connection(from_child, writable=False)
+        self._started = False
 
     def call(self, fn: Callable[..., T], args: tuple[Any, ...], timeout_s: float) -> T:
-        """The result; raises for a page that failed (:class:`_Lost` when the worker went with it)."""
+        """The result; raises for a page that failed (:class:`_Lost` when the worker went with it). ``timeout_s``
+        bounds the page alone: a new worker's start (an interpreter, the OCR modules imported) is waited for first,
+        under :data:`START_TIMEOUT_S`."""
+        self._wait_started()
         try:
             self._send.send((fn, args))
         except OSError:
@@ -83,6 +90,19 @@ class _Worker:
         if status == "memory":
             raise _Lost(f"needs more memory than the OCR worker's limit ({value}; RAGSERVE_OCR__WORKER_MEMORY_MB)")
         raise OcrFailed(value)
+
+    def _wait_started(self) -> None:
+        if self._started:
+            return
+        if not self._recv.poll(START_TIMEOUT_S):
+            raise _Lost(f"the OCR worker did not start within {START_TIMEOUT_S:g} s")
+        try:
+            ready = self._recv.recv()
+        except (EOFError, OSError):
+            raise _Lost(f"the OCR worker exited as it started (exit code {self.process.poll()})") from None
+        if ready != ("ready", None):
+            raise _Lost(f"the OCR worker started with {ready!r} instead of its ready message")
+        self._started = True
 
     def kill(self) -> None:
         try:
@@ -161,6 +181,8 @@ def _serve(recv: Connection, send: Connection, memory_bytes: int) -> None:
     """A worker's loop: one call at a time until the parent closes its end."""
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes the pipes
+    import indexer.ocr.pages  # noqa: F401 - imported before the first page, so its time is not the page's
+    send.send(("ready", None))
     while True:
         try:
             fn, args = recv.recv()
