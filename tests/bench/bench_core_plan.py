@@ -8,7 +8,7 @@ Each round starts the profile's runners with one plan (the launcher's own specs,
 their workers bound from their logs, starts ``ragserve serve --with-worker`` (embedded store) against them, seeds a
 collection of 200 SciFact documents, sends searches at ``--rate`` per second for ``--idle-s`` seconds (open loop),
 then submits ``--docs`` other SciFact documents as one ingest job and keeps searching at the same rate until it
-ends. The runners, the API, its store process, the worker and this load generator share the machine's cores, as
+ends (the query-embedding cache off: every search embeds). The runners, the API, its store process, the worker and this load generator share the machine's cores, as
 they do on a one-host install. Indexing tokens/s is the embedding runner's ``vllm:prompt_tokens_total`` over the
 job, divided by the job's wall time (the searches' few query tokens included). ``qwen3-tiny`` is the tests'
 tiny random Qwen3 checkpoint as both the embedder and the reranker (searches rerank 20 candidates); its compute is
@@ -66,7 +66,9 @@ def bound_cores(log: Path) -> list[str]:
 def serve(data: Path, env_extra: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, "RAGSERVE_DATA_DIR": str(data), "RAGSERVE_API_KEYS": KEY,
-           "RAGSERVE_INDEXER__POLL_S": "0.1", **env_extra}
+           "RAGSERVE_INDEXER__POLL_S": "0.1",
+           "RAGSERVE_QUERY_CACHE__MAX_BYTES": "0",  # the searches repeat their queries: every one must embed
+           **env_extra}
     log = open(data / "serve.log", "wb")  # noqa: SIM115 - the child's
     proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--with-worker", "--port", str(port)],
                             env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -130,7 +132,7 @@ def one_round(plan: str, args: argparse.Namespace, tiny: Path | None, root: Path
     logs = root / f"logs-{plan}-{time.monotonic_ns()}"
     with running(specs, log_dir=logs, timeout_s=900):
         cores = {s.label: bound_cores(logs / f"{s.label}.log") for s in specs}
-        env = {f"RAGSERVE_RUNNERS__{k.upper()}": str(v) for k, v in runners.items() if k.endswith("_url")}
+        env = {f"RAGSERVE_RUNNERS__{k.upper()}": str(v) for k, v in runners.items()}  # paths: the API's tokenizer
         env["RAGSERVE_PROFILE"] = "qwen3" if tiny is not None else "minilm"
         if tiny is not None:
             env["RAGSERVE_RUNNERS__MAX_MODEL_LEN"] = "512"
