@@ -245,9 +245,7 @@ function renderResult(result) {
   const timings = $("timings");
   timings.replaceChildren();
   for (const [stage, ms] of Object.entries(result.timings_ms)) {
-    // Milliseconds, but for embed_cached: whether the query's vector came from the cache.
-    const shown = typeof ms === "boolean" ? (ms ? "yes" : "no") : fmtMs(ms);
-    timings.append(el("div", { dataset: { stage } }, el("dt", {}, stage), el("dd", {}, shown)));
+    timings.append(el("div", { dataset: { stage } }, el("dt", {}, stage), el("dd", {}, fmtMs(ms))));
   }
   const terms = queryTerms(result.query);
   $("hits").replaceChildren(...result.hits.map((hit) => renderHit(hit, terms, result.mode)));
