@@ -82,7 +82,9 @@ function locationParts(loc) {
   if (loc.slide !== undefined && loc.slide !== null) out.push(["slide", "Slide", String(loc.slide)]);
   if (loc.sheet !== undefined && loc.sheet !== null) out.push(["sheet", "Sheet", String(loc.sheet)]);
   if (Array.isArray(loc.rows) && loc.rows.length === 2) out.push(["rows", "Rows", range(loc.rows[0], loc.rows[1])]);
+  if (loc.picture !== undefined && loc.picture !== null) out.push(["picture", "Picture", String(loc.picture)]);
   if (loc.source === "ocr") out.push(["source", "Read by", "OCR"]);
+  if (loc.source === "vision") out.push(["source", "Read by", "Description of the picture (VL model)"]);
   return out;
 }
 
