@@ -482,7 +482,7 @@ function showCitation(c, opener) {
   citationOpener = opener;
   const view = $("citation-view");
   $("citation-title").textContent = `[${c.number}] ${c.doc_id} · ${c.collection}`;
-  fillLocation($("citation-location"), { ...(c.offsets || {}), page: c.page, headings: c.headings, slide: c.slide, sheet: c.sheet, rows: c.rows });
+  fillLocation($("citation-location"), { ...(c.offsets || {}), page: c.page, headings: c.headings, slide: c.slide, sheet: c.sheet, rows: c.rows, picture: c.picture, source: c.source });
   $("citation-location").append(el("dt", {}, "Chunk"), el("dd", { dataset: { key: "chunk" } }, String(c.chunk_index)),
     el("dt", {}, "Rerank score"), el("dd", { dataset: { key: "rerank" } }, fmtScore(c.rerank_score)),
     el("dt", {}, "Cited in the answer"), el("dd", { dataset: { key: "cited" } }, c.cited ? "yes" : "no"));
