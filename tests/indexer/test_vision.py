@@ -219,3 +219,21 @@ async def test_embedded_pictures_are_described_only_when_the_setting_is_on(tmp_p
     report = by_doc["report.docx"]["location"]
     assert report["source"] == "vision" and report["picture"] == 1, report
     assert again["counts"]["documents_unchanged"] == 2 and calls_again == 0, again
+
+
+def test_auto_describes_with_a_generator_on_insists_on_one_off_never(tmp_path: Path) -> None:
+    from indexer.vision import vision_from_settings
+    from service.clients.factory import generation_client
+    from service.profiles import get_profile
+
+    with_generator = _settings(tmp_path)
+    generator = generation_client(with_generator, get_profile(with_generator.profile))
+    assert generator is not None
+    without = Settings(profile="minilm", data_dir=tmp_path)
+    assert vision_from_settings(with_generator, generator) is not None
+    assert vision_from_settings(without, None) is None
+    without.vision.enabled = "on"
+    with pytest.raises(ValueError, match="RAGSERVE_VISION__ENABLED=on needs a generator"):
+        vision_from_settings(without, None)
+    with_generator.vision.enabled = "off"
+    assert vision_from_settings(with_generator, generator) is None
