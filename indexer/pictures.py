@@ -167,12 +167,12 @@ def _docx_pictures(data: bytes) -> Iterator[PictureRef]:
 def _pptx_pictures(data: bytes) -> Iterator[PictureRef]:
     from pptx import Presentation
 
-    from indexer.parsers.pptx import _shapes
+    from indexer.parsers.pptx import walk_shapes
 
     deck = Presentation(io.BytesIO(data))
     seen: set[str] = set()
     for slide_number, slide in enumerate(deck.slides, start=1):
-        for shape in _shapes(slide.shapes):
+        for shape in walk_shapes(slide.shapes):
             try:
                 image = shape.image  # a picture shape (a placeholder holding one too); others have none
             except (AttributeError, ValueError, KeyError, zipfile.BadZipFile):
@@ -180,5 +180,7 @@ def _pptx_pictures(data: bytes) -> Iterator[PictureRef]:
             if image.sha1 in seen:
                 continue
             seen.add(image.sha1)
+            # not image.size: python-pptx reads it with whichever Pillow plugin claims the bytes; the size is
+            # read after the sniff, by prepare_image
             yield PictureRef(f"pptx {image.sha1}", {"slide": slide_number, "picture": len(seen)},
-                             lambda i=image: bytes(i.blob), image.size)
+                             lambda i=image: bytes(i.blob))

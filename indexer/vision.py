@@ -121,12 +121,13 @@ class Vision:
             for ref in refs:
                 if fmt != "image" and ref.size is not None and min(ref.size) < self.settings.min_side:
                     continue
+                if budget.left <= 0:  # counted, not decoded: past the bound a picture costs nothing
+                    over_budget += 1
+                    continue
                 image = self._prepare(ref, fmt, note)
                 if image is None:
                     continue
-                if not budget.take():
-                    over_budget += 1
-                    continue
+                budget.take()
                 if len(window) >= self.inflight:
                     collect()
                 window.append((ref, asyncio.run_coroutine_threadsafe(self.describer.describe(image), loop)))
