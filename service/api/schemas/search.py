@@ -61,7 +61,9 @@ class SearchHit(BaseModel):
     metadata: dict[str, Any]
     location: dict[str, Any] | None = Field(
         None, description="Where the chunk sits in its document (char/byte offsets, pages, headings); "
-        "`source: \"ocr\"` when its text was read by OCR (an image, a scanned PDF page)."
+        "`source: \"ocr\"` when its text was read by OCR (an image, a scanned PDF page), `source: \"vision\"` "
+        "when it is the VL model's description of a picture (with `picture`, its number in the file, for a "
+        "picture inside a PDF, DOCX or PPTX)."
     )
     score: float = Field(description="The score the hits are ordered by (rerank score when reranked).")
     vector_score: float = Field(
