@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,7 @@ async def test_a_png_is_described_by_the_vl_runner_into_a_vision_chunk(tmp_path:
         assert generator.runner.lanes.in_flight == {"query": 0, "bulk": 0}
 
     assert first["state"] == "succeeded" and first["errors"] == [], first
-    (sent, answered) = exchanges
+    ((sent, answered),) = exchanges  # one picture, one request
     assert sent["messages"][0] == {"role": "system", "content": DESCRIBE_SYSTEM_PROMPT}
     assert sent["messages"][1]["content"][1] == {"type": "text", "text": DESCRIBE_INSTRUCTION}
     assert sent["temperature"] == 0.0 and sent["max_tokens"] == 24
@@ -67,6 +68,8 @@ async def test_a_png_is_described_by_the_vl_runner_into_a_vision_chunk(tmp_path:
     vision = sorted((h for h in hits if (h.get("location") or {}).get("source") == "vision"),
                     key=lambda h: h["location"]["char_start"])
     assert vision and {h["doc_id"] for h in vision} == {"photo.png"}, hits
-    assert " ".join(" ".join(h["text"] for h in vision).split()) == described, hits
+    # The random-weight model writes stray control and replacement characters; a chunk starts at its first token
+    # (the tokenizer drops those, as BERT's does), so the words are what must be the same, in order, all of them.
+    assert re.findall(r"\w+", " ".join(h["text"] for h in vision)) == re.findall(r"\w+", described), hits
     assert all("page" not in h["location"] for h in vision)
     assert again["counts"]["documents_unchanged"] == 1 and len(recorder.exchanges) == 1, again
