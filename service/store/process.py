@@ -277,24 +277,24 @@ class ProcessStore(VectorStore):
         )
         theirs.close()
         store = cls(root, process, Connection(ours.detach()), kwargs.get("min_free_bytes", 64 << 20))
-        try:
-            await asyncio.wait_for(store._run("ping"), START_TIMEOUT_S)
-        except BaseException:
-            await store.aclose()
-            raise
-        return store
+        return await store._answering()
 
     @classmethod
     async def attach(cls, root: Path, socket_path: Path, *, min_free_bytes: int = 64 << 20) -> ProcessStore:
         """Connect to the store owner listening on ``socket_path`` (it holds ``root``'s lock). Where the owner is
         down, a call answers :class:`StoreError` (503) and the next one connects again."""
         store = cls(root, None, _connect(socket_path), min_free_bytes, socket_path)
+        return await store._answering()
+
+    async def _answering(self) -> ProcessStore:
+        """This store once it answers a ping; where it does not (an error, or nothing in ``START_TIMEOUT_S``),
+        close it (the child, or only the connection to the owner) and raise."""
         try:
-            await asyncio.wait_for(store._run("ping"), START_TIMEOUT_S)
+            await asyncio.wait_for(self._run("ping"), START_TIMEOUT_S)
         except BaseException:
-            await store.aclose()
+            await self.aclose()
             raise
-        return store
+        return self
 
     @property
     def shared(self) -> bool:
