@@ -100,10 +100,16 @@ class _Sender:
         self._sock = socket.socket(fileno=os.dup(conn.fileno()))
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-send")
+        self._in_pool = 0
+        """Writes handed to the thread and not finished. Only the loop adds to it (under ``_counter``)."""
+        self._counter = threading.Lock()
 
     async def send(self, message: Any) -> None:
         data = bytes(ForkingPickler.dumps(message))
-        if len(data) <= INLINE_BYTES and self._lock.acquire(blocking=False):
+        # Inline only while the thread has nothing to write: a write queued there but not yet holding the lock
+        # (its thread slow to wake on a busy machine) would otherwise wait for the lock this write takes, while
+        # the rest of this write, should the socket take only part of it, waits behind it in the thread's queue.
+        if len(data) <= INLINE_BYTES and not self._in_pool and self._lock.acquire(blocking=False):
             frame = _header(len(data)) + data
             try:
                 sent = self._sock.send(frame, socket.MSG_DONTWAIT)
@@ -116,9 +122,29 @@ class _Sender:
                 self._lock.release()
                 return
             # The socket took part of it (or nothing): the rest goes from the thread, which releases the lock.
-            await asyncio.get_running_loop().run_in_executor(self._pool, self._finish, frame[sent:])
+            await self._in_thread(self._finish, frame[sent:])
             return
-        await asyncio.get_running_loop().run_in_executor(self._pool, self._send_blocking, data)
+        await self._in_thread(self._send_blocking, data)
+
+    async def _in_thread(self, write: Callable[[bytes], None], data: bytes) -> None:
+        with self._counter:
+            self._in_pool += 1
+        try:
+            future = self._pool.submit(self._counted, write, data)
+        except BaseException:
+            with self._counter:
+                self._in_pool -= 1
+            raise
+        # Shielded: a cancelled caller must not cancel a write before it ran (a frame's rest never written, the
+        # lock never released); the write goes out whole, and the reply finds no one waiting for it.
+        await asyncio.shield(asyncio.wrap_future(future))
+
+    def _counted(self, write: Callable[[bytes], None], data: bytes) -> None:
+        try:
+            write(data)
+        finally:
+            with self._counter:
+                self._in_pool -= 1
 
     def _finish(self, rest: bytes) -> None:
         try:

@@ -4,6 +4,7 @@ would not take at once) from a thread, and every message arrives whole, however 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import struct
 import threading
@@ -183,3 +184,33 @@ async def test_a_frame_that_does_not_unpickle_ends_the_pipe_and_nothing_behind_i
     assert (got, eofs) == ([], 1)
     receiver.close()
     ours.close()
+
+
+async def test_a_small_write_never_overtakes_one_queued_for_the_thread() -> None:
+    """The thread is busy elsewhere (as a loaded machine delays it) while a large message waits in its queue;
+    a small one sent then, which the socket takes only in part, must not hold the lock that the queued write
+    waits for while its own rest waits behind that write in the same queue (a deadlock, seen under load)."""
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # a 20 KB message goes out only in part
+    sender, receiver = _Sender(Connection(ours.detach())), Connection(theirs.detach())
+    gate = threading.Event()
+    sender._pool.submit(gate.wait)  # the sender's thread, occupied until the gate opens
+    large, small = (0, b"a" * (process.INLINE_BYTES + 1)), (1, b"b" * 20_000)
+    first = asyncio.create_task(sender.send(large))
+    await asyncio.sleep(0)  # the task runs up to its await: the large write is queued behind the gate
+    assert sender._pool._work_queue.qsize() == 1
+    second = asyncio.create_task(sender.send(small))
+    await asyncio.sleep(0)  # the small write has made its choice: inline, or the thread
+    gate.set()
+    received = asyncio.create_task(asyncio.to_thread(lambda: [receiver.recv(), receiver.recv()]))
+    # A liveness bound, not a speed one: the two writes take milliseconds; a deadlock never ends.
+    done, _ = await asyncio.wait({first, second, received}, timeout=60)
+    if received not in done:  # free the threads, so that the failure is reported and the session can end
+        sender._lock.release()
+        with socket.socket(fileno=os.dup(receiver.fileno())) as end:
+            end.shutdown(socket.SHUT_RDWR)
+        await asyncio.wait({first, second, received}, timeout=10)
+    assert received in done, "the sender deadlocked: the small write's rest waits behind the large one"
+    assert received.result() == [large, small]
+    sender.close(wait=True)
+    receiver.close()
