@@ -634,9 +634,27 @@ async def serve_connection(store: VectorStore, conn: Connection, *, shared: bool
     """Answer one peer's requests on ``conn`` until it closes its end or sends ``aclose``. ``shared`` (the store
     owner, :mod:`service.store.owner`): the store serves other peers too, so this peer's ``aclose`` ends its own
     connection only and never closes the store; its open cursors are closed with it either way."""
-    inbox: asyncio.Queue[Any] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[tuple[Any, ...] | None] = loop.create_future()
+    """The peer's ``aclose`` request, or None when its end closed."""
 
-    receiver = _Receiver(conn, inbox.put_nowait, lambda: inbox.put_nowait(None))
+    def dispatch(message: tuple[Any, ...]) -> None:
+        # Each request's task starts from the receiver's callback, in the order the requests came (a queue read
+        # by a loop of its own cost one more loop turn per request).
+        if ended.done():
+            return  # after aclose nothing more is served
+        rid, method, args, kw = message
+        if method == "aclose":
+            ended.set_result(message)
+            return
+        task = loop.create_task(handle(rid, method, args, kw))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def hang_up() -> None:
+        if not ended.done():
+            ended.set_result(None)
+
     sender = _Sender(conn)
 
     async def send(reply: tuple[int, bool, Any]) -> None:
@@ -683,18 +701,14 @@ async def serve_connection(store: VectorStore, conn: Connection, *, shared: bool
             reply = (rid, False, _describe_exception(exc))
         await send(reply)
 
+    receiver = _Receiver(conn, dispatch, hang_up)
     try:
-        while (message := await inbox.get()) is not None:
-            rid, method, args, kw = message
-            if method == "aclose":
-                await asyncio.gather(*tasks, return_exceptions=True)
-                if not shared:
-                    await store.aclose()
-                await send((rid, True, None))
-                return
-            task = asyncio.create_task(handle(rid, method, args, kw))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+        closing = await ended
+        if closing is not None:
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if not shared:
+                await store.aclose()
+            await send((closing[0], True, None))
     finally:
         await asyncio.gather(*tasks, return_exceptions=True)
         for it in cursors.values():
