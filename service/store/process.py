@@ -24,6 +24,7 @@ import itertools
 import json
 import logging
 import os
+import pickle
 import select
 import signal
 import socket
@@ -35,7 +36,6 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
-from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,9 @@ INLINE_BYTES = 32 << 10
 """Messages up to this size (a search, its hits, a describe) are written from the event loop itself when the
 socket takes them at once, and unpickled on it when they arrive; larger ones (an upsert's batch, a scroll page)
 are written and unpickled in a thread. A search used to cost four thread hops on the way there and back."""
+PROTOCOL = pickle.HIGHEST_PROTOCOL
+"""Messages are plain pickles (``multiprocessing``'s ``ForkingPickler`` copied its table of reducers for every
+message, for socket and connection objects that never cross this pipe)."""
 READ_BYTES = 64 << 10
 """Bytes read from the socket per readiness callback: a large message arrives over many loop turns."""
 
@@ -102,7 +105,7 @@ class _Sender:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-send")
 
     async def send(self, message: Any) -> None:
-        data = bytes(ForkingPickler.dumps(message))
+        data = pickle.dumps(message, PROTOCOL)
         if len(data) <= INLINE_BYTES and self._lock.acquire(blocking=False):
             frame = _header(len(data)) + data
             try:
@@ -139,7 +142,7 @@ class _Sender:
 def _unpickle(frame: bytes) -> tuple[bool, Any]:
     """``(True, message)``, or ``(False, the error)`` for a frame that does not unpickle."""
     try:
-        return True, ForkingPickler.loads(frame)
+        return True, pickle.loads(frame)
     except Exception as exc:  # noqa: BLE001 - any failure means the same: a broken pipe
         return False, exc
 
@@ -468,8 +471,10 @@ class ProcessStore(VectorStore):
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
         idf_corpus: Filter | None = None,
     ) -> list[Hit]:
-        return await self._run("query", name, dense=_f32(dense) if dense is not None else None, sparse=sparse,
-                               limit=limit, query_filter=query_filter, fusion=fusion, idf_corpus=idf_corpus)
+        rows = await self._run("query_rows", name, dense=_f32(dense) if dense is not None else None,
+                               sparse=sparse, limit=limit, query_filter=query_filter, fusion=fusion,
+                               idf_corpus=idf_corpus)
+        return [Hit(*row) for row in rows]
 
     async def mode_scores(
         self, name: str, ids: Sequence[str], *, dense: Sequence[float], sparse: SparseVector,
@@ -693,7 +698,7 @@ async def serve_connection(store: VectorStore, conn: Connection, *, shared: bool
                     await it.aclose()
                 value = None
             else:
-                if method in ("query", "mode_scores") and isinstance(kw.get("dense"), bytes):
+                if method in ("query_rows", "mode_scores") and isinstance(kw.get("dense"), bytes):
                     kw["dense"] = _floats(kw["dense"])
                 value = await getattr(store, method)(*args, **kw)
             reply: tuple[int, bool, Any] = (rid, True, value)
