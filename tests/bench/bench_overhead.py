@@ -21,8 +21,13 @@ default), where the API process and the store process each report their CPU per 
 - ``GET /health`` and ``POST /v1/search`` through the whole ASGI app (middleware, auth, body reading and
   validation, the response, JSON), called as an ASGI server calls it (one scope, a body, the messages sent);
 - ``POST /v1/search`` over ``httpx``'s ASGI transport, as before (its client's own CPU is in the figure);
-- ``POST /v1/search`` with the embedding client's and the store's ``query`` replaced by coroutines answering at
-  once: the API layer and the search service's own bookkeeping alone, the figure least blurred by the others.
+- ``POST /v1/search`` with the embedding client's ``embed_query``, the store's ``query`` or both replaced by
+  coroutines answering at once: what each part costs in place (a part timed alone in a loop runs with hot caches
+  and costs less than inside a search), and with both stubbed the API layer and the search service's own
+  bookkeeping alone, the figure least blurred by the others.
+
+Logging is configured as ``ragserve serve`` configures it (text lines at INFO, into ``/dev/null``): the access
+line of every request is part of what a search costs.
 
 Also ``ProcessStore round trip (ping)``: the pipe's floor (pickling, framing, both loops, no engine). The store
 process's figures say too what the engine's own search threads (``edge-search-*``) spent of them.
@@ -45,6 +50,7 @@ import argparse
 import asyncio
 import base64
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -60,6 +66,7 @@ import httpx
 import numpy as np
 
 from service.config import Settings
+from service.observability.logs import configure_logging
 from service.search.service import SearchQuery
 from tests.bench.synthetic import synthetic_corpus
 from tests.support.app import API_KEY, app_client
@@ -167,9 +174,17 @@ def _asgi_caller(client: httpx.AsyncClient, method: str, path: str,
 
 @asynccontextmanager
 async def _app(data_dir: Path, *, edge_process: bool) -> AsyncIterator[httpx.AsyncClient]:
-    async with app_client(_settings(data_dir, edge_process=edge_process),
-                          transports={"embedding": httpx.MockTransport(_runner)}) as client:
-        yield client
+    root = logging.getLogger()
+    saved = list(root.handlers), root.level
+    with open(os.devnull, "w") as devnull:  # noqa: ASYNC230 - /dev/null opens at once
+        configure_logging("text", "INFO", stream=devnull)  # as `ragserve serve` does: one access line a request
+        try:
+            async with app_client(_settings(data_dir, edge_process=edge_process),
+                                  transports={"embedding": httpx.MockTransport(_runner)}) as client:
+                yield client
+        finally:
+            root.handlers[:] = saved[0]
+            root.setLevel(saved[1])
 
 
 async def measure(n: int = 300) -> dict[str, dict[str, float]]:
@@ -206,10 +221,17 @@ async def measure(n: int = 300) -> dict[str, dict[str, float]]:
                                       store_pid=pid)
             out["POST /v1/search via httpx ASGITransport"] = await timed(
                 lambda: client.post("/v1/search", json=body), n, store_pid=pid)
+            # The last rows: each part's cost in place, by stubbing the others (the app is closed after them).
             hits = await services.store.query("kb", dense=vector, sparse=None, limit=10)
-            services.store.query = _returning(hits)  # the last row: the app is closed after it
+            store_query, embed_query = services.store.query, services.embedder.embed_query
+            search = _asgi_caller(client, "POST", "/v1/search", json.dumps(body).encode())
             services.embedder.embed_query = _returning(vector)
-            out[API_ALONE] = await timed(_asgi_caller(client, "POST", "/v1/search", json.dumps(body).encode()), n)
+            out["POST /v1/search, embed stubbed"] = await timed(search, n, store_pid=pid)
+            services.store.query, services.embedder.embed_query = _returning(hits), embed_query
+            out["POST /v1/search, store stubbed"] = await timed(search, n, store_pid=pid)
+            services.embedder.embed_query = _returning(vector)
+            out[API_ALONE] = await timed(search, n, store_pid=pid)
+            services.store.query = store_query
     return out
 
 
@@ -246,6 +268,14 @@ def own_cpu_ms(result: dict[str, dict[str, float]]) -> dict[str, float]:
             "total": search["cpu_ms"] + search["store_cpu_ms"] - engine}
 
 
+def in_place_ms(result: dict[str, dict[str, float]]) -> dict[str, float]:
+    """The API process's CPU per search by part, each as what stubbing it saves inside a whole search."""
+    search = result[SEARCH]["cpu_ms"]
+    return {"embedding call": search - result["POST /v1/search, embed stubbed"]["cpu_ms"],
+            "store call": search - result["POST /v1/search, store stubbed"]["cpu_ms"],
+            "the rest (API layer, search service)": result[API_ALONE]["cpu_ms"]}
+
+
 def report(result: dict[str, dict[str, float]]) -> str:
     lines = [f"{'layer':42s} {'API cpu ms':>10s} {'store cpu ms':>12s} {'(engine thr.)':>13s} {'wall ms':>8s}"]
     lines += [f"{k:42s} {v['cpu_ms']:10.3f} {_store(v):>12s} {_store(v, 'store_engine_threads_ms'):>13s} "
@@ -253,6 +283,8 @@ def report(result: dict[str, dict[str, float]]) -> str:
     api = result[SEARCH]["cpu_ms"] - result["SearchService.search (dense)"]["cpu_ms"]
     own = own_cpu_ms(result)
     lines.append(f"API layer over SearchService.search: {api:.3f} ms CPU per search")
+    places = in_place_ms(result)
+    lines.append("in place, the API process's CPU per search: " + ", ".join(f"{k} {v:.3f}" for k, v in places.items()))
     lines.append(f"ragserve's own CPU per dense search: {own['total']:.3f} ms (API process {own['api']:.3f} + "
                  f"store process {own['store'] + own['engine']:.3f} - the engine's search {own['engine']:.3f}: its "
                  f"threads there {result[SEARCH]['store_engine_threads_ms']:.3f}, its call's own thread "
@@ -302,7 +334,11 @@ def compare(ref: str, rounds: int, calls: int) -> str:
                      f"{a['cpu_ms']:10.3f} {_store(a):>7s}")
     lines.append("")
     lines.append(f"{'ragserve own CPU per dense search':42s} {'before':>10s} {'after':>10s} {'after/before':>12s}")
-    own = {side: _median_own(runs[side]) for side in runs}
+    places = {side: _median_of(runs[side], in_place_ms) for side in runs}
+    for part in places["after"]:
+        b, a = places["before"][part], places["after"][part]
+        lines.append(f"{'API process, in place: ' + part:42s} {b:10.3f} {a:10.3f} {a / b:12.2f}")
+    own = {side: _median_of(runs[side], own_cpu_ms) for side in runs}
     for part, label in (("api", "API process"), ("store", "store process less the engine"),
                         ("engine", "(the engine's search, excluded)"), ("total", "total")):
         b, a = own["before"][part], own["after"][part]
@@ -315,9 +351,10 @@ def _median(results: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, f
             for layer in results[0]}
 
 
-def _median_own(results: list[dict[str, dict[str, float]]]) -> dict[str, float]:
-    owns = [own_cpu_ms(r) for r in results]
-    return {k: statistics.median(o[k] for o in owns) for k in owns[0]}
+def _median_of(results: list[dict[str, dict[str, float]]],
+               figures: Callable[[dict[str, dict[str, float]]], dict[str, float]]) -> dict[str, float]:
+    each = [figures(r) for r in results]
+    return {k: statistics.median(e[k] for e in each) for k in each[0]}
 
 
 def main() -> None:
