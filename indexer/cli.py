@@ -103,7 +103,8 @@ def run_worker() -> None:
         gc.collect()
         gc.freeze()  # start-up's objects out of every full collection (see service.api.app.freeze_startup_objects)
         try:
-            worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher)
+            worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher,
+                            services.generator)
             task = asyncio.create_task(worker.run_forever(asyncio.Event()))
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -43,8 +43,9 @@ class Section:
 
 @dataclass(frozen=True)
 class ImageRegion:
-    """A picture in a document (an image file's page, a scanned PDF page): what OCR read is in the sections;
-    a describer (a vision-language model, not built yet) would take these to add what the picture shows."""
+    """A picture in a document (an image file's page, a scanned PDF page): what OCR read is in the sections.
+    An image file's regions are what the describer (:mod:`indexer.vision`) describes; a scanned PDF page's are
+    not described (OCR read the page; it is skipped when embedded pictures are described)."""
 
     page: int | None
     """1-based page (a PDF page, a TIFF page); None for a single image."""
@@ -70,3 +71,11 @@ class ParsedDocument:
 class FileError:
     file: str
     error: str
+
+
+@dataclass(frozen=True)
+class FileWarning:
+    """Something of a file that was left out while the file itself was indexed (a picture not described)."""
+
+    file: str
+    warning: str

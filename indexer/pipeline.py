@@ -24,13 +24,14 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from indexer.chunking import Chunker, ChunkText
-from indexer.documents import FileError, ParsedDocument, SourceFile
+from indexer.documents import FileError, FileWarning, ParsedDocument, SourceFile
 from indexer.lease import Lease
 from indexer.ocr.reader import OcrReader
 from indexer.parsers import OCR_FORMATS, ParseError, detect_format, parse
 from indexer.queue import MAX_ERRORS, Job, JobCancelled, JobFailed, JobQueue
 from indexer.sources import SourceError, path_entries, read_file
 from indexer.spec import IngestSpec, PathSource, UploadSource, default_source_name
+from indexer.vision import JobBudget, Vision
 from service.clients.embeddings import EmbeddingClient
 from service.config import Settings
 from service.documents.writer import content_hash
@@ -74,13 +75,17 @@ class DocWork:
 
 class Pipeline:
     def __init__(self, store: VectorStore, embedder: EmbeddingClient, queue: JobQueue, settings: Settings,
-                 chunker_factory: ChunkerFactory, url_fetcher: UrlFetcher | None = None) -> None:
+                 chunker_factory: ChunkerFactory, url_fetcher: UrlFetcher | None = None,
+                 vision: Vision | None = None) -> None:
+        """``vision``, when given, describes the pictures of image files (and with embedded pictures on, of
+        PDF, DOCX and PPTX files) with the generator (:mod:`indexer.vision`)."""
         self.store = store
         self.embedder = embedder
         self.queue = queue
         self.settings = settings
         self.chunker_factory = chunker_factory
         self.url_fetcher = url_fetcher
+        self.vision = vision
         self.sparse = SparseNormaliser(store)
         self.ocr = OcrReader(settings.ocr, max_pixels=settings.media.max_image_pixels)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -159,6 +164,9 @@ class Pipeline:
                 if isinstance(item, Expect):
                     job.counts.documents_total = max((job.counts.documents_total or 0) + item.delta, 0)
                     continue
+                if isinstance(item, FileWarning):
+                    self._error(job, item.file, item.warning)
+                    continue
                 if isinstance(item, FileError):
                     file_failures += 1
                     job.counts.files_failed += 1
@@ -217,15 +225,19 @@ class Pipeline:
     def _documents(
         self, job_id: str, spec: IngestSpec, chunker: Chunker, version: tuple[object, ...],
         stored: Mapping[str, DocState],
-    ) -> Iterator[DocWork | FileError | Expect | Unchanged]:
+    ) -> Iterator[DocWork | FileError | FileWarning | Expect | Unchanged]:
         """Runs in a thread: read, parse and chunk, one document at a time.
 
-        A file whose text may come from OCR (a PDF, an image) is recognised as unchanged before it is parsed: its
-        hash is its bytes with the OCR reader's identity (engine version, languages, settings), not its text,
-        so re-running an unchanged folder reads no page, and a new engine or language list reads them again."""
+        A file whose text may come from OCR (a PDF, an image) or from the describer (an image; a PDF, DOCX or
+        PPTX with embedded pictures on) is recognised as unchanged before it is parsed: its hash is its bytes
+        with the OCR reader's identity (engine version, languages, settings) and the describer's (model,
+        prompt version, settings), not its text, so re-running an unchanged folder reads no page and describes
+        no picture, and a new engine, language list, model or prompt reads them again. A file with a picture
+        left undescribed is stored under another hash, so the next run tries it again."""
         files, count = self._files(job_id, spec)
         yield Expect(count)
         ocr_identity: str | None = None
+        budget: JobBudget | None = self.vision.budget() if self.vision is not None else None
         for file in files:
             if isinstance(file, FileError):
                 yield Expect(-1)
@@ -235,12 +247,21 @@ class Pipeline:
             if spec.tenant is not None:
                 meta_in = spec.tenant.stamp(meta_in)
             file_hash: str | None = None
+            vision: Vision | None = None
             try:
-                if detect_format(file) in OCR_FORMATS:
-                    if ocr_identity is None:
-                        ocr_identity = self.ocr.identity  # once per job: it runs the engine to ask its version
+                fmt = detect_format(file)
+                if self.vision is not None and self.vision.applies(fmt):
+                    vision = self.vision
+                if fmt in OCR_FORMATS or vision is not None:
+                    identities: list[str] = []
+                    if fmt in OCR_FORMATS:
+                        if ocr_identity is None:
+                            ocr_identity = self.ocr.identity  # once per job: it runs the engine to ask its version
+                        identities.append(ocr_identity)
+                    if vision is not None:
+                        identities.append(vision.identity(fmt))
                     digest = hashlib.sha256(file.data).hexdigest()
-                    file_hash = content_hash(f"file sha256 {digest}", meta_in, ocr_identity, *version)
+                    file_hash = content_hash(f"file sha256 {digest}", meta_in, *identities, *version)
                     state = stored.get(file.name)
                     if state is not None and state.complete and state.content_hash == file_hash:
                         yield Unchanged(file.name)
@@ -251,6 +272,14 @@ class Pipeline:
                 yield FileError(file.name, str(exc))
                 continue
             yield Expect(len(docs) - 1)
+            if vision is not None and budget is not None and len(docs) == 1 and file_hash is not None:
+                assert self._loop is not None, "set by run before the reader thread starts"
+                described = vision.describe(docs[0], fmt, file.data, budget, self._loop)
+                docs = [described.doc]
+                for problem in described.problems:
+                    yield FileWarning(file.name, problem)
+                if not described.complete:  # stored apart from the whole file's hash: the next run tries again
+                    file_hash = content_hash(file_hash, {}, "pictures left undescribed")
             for doc in docs:
                 split = spec.chunking == "tokens" or (spec.chunking == "auto" and doc.chunk)
                 meta = {**doc.metadata, **spec.metadata}
@@ -391,7 +420,7 @@ class Pipeline:
             job.errors.append({"item": item, "error": error})
 
 
-Item = DocWork | FileError | Expect | Unchanged
+Item = DocWork | FileError | FileWarning | Expect | Unchanged
 
 
 THREAD_HOP_ITEMS = 64

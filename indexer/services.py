@@ -1,5 +1,6 @@
 """What an indexing worker process (``ragserve worker``) opens: the job queue, the store, the embedding
-runner's client and the URL fetcher — nothing of the API (no search, reranker, generation or routes)."""
+runner's client, the URL fetcher and, where pictures are described (:mod:`indexer.vision`), the generator's
+client — nothing of the API (no search, reranker, chat or routes)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from dataclasses import dataclass
 from indexer.queue import JobQueue
 from indexer.queue_factory import open_queue
 from service.clients.embeddings import EmbeddingClient
-from service.clients.factory import embedding_client
+from service.clients.factory import embedding_client, generation_client
+from service.clients.generation import GenerationClient
 from service.config import Settings
 from service.profiles import get_profile
 from service.security.fetch import SafeFetcher
@@ -22,16 +24,20 @@ class WorkerServices:
     store: VectorStore
     embedder: EmbeddingClient
     fetcher: SafeFetcher
+    generator: GenerationClient | None = None
 
     async def aclose(self) -> None:
         await self.jobs.close()
         await self.embedder.runner.aclose()
+        if self.generator is not None:
+            await self.generator.runner.aclose()
         await self.fetcher.aclose()
         await self.store.aclose()
 
 
 async def open_worker_services(settings: Settings) -> WorkerServices:
-    embedder = embedding_client(settings, get_profile(settings.profile))
+    profile = get_profile(settings.profile)
+    embedder = embedding_client(settings, profile)
     fetcher = SafeFetcher.from_settings(settings.fetch, acquire_timeout_s=settings.upstream.acquire_timeout_s)
     try:
         jobs = await open_queue(settings)
@@ -44,4 +50,5 @@ async def open_worker_services(settings: Settings) -> WorkerServices:
         await embedder.runner.aclose()
         await fetcher.aclose()
         raise
-    return WorkerServices(jobs, store, embedder, fetcher)
+    generator = generation_client(settings, profile) if settings.vision.enabled != "off" else None
+    return WorkerServices(jobs, store, embedder, fetcher, generator)

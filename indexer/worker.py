@@ -23,7 +23,9 @@ from indexer.pipeline import Pipeline, UrlFetcher
 from indexer.queue import Job, JobCancelled, JobFailed, JobQueue, LeaseLost
 from indexer.sources import SourceError
 from indexer.tokenizer import load_tokenizer, tokenizer_source
+from indexer.vision import vision_from_settings
 from service.clients.embeddings import EmbeddingClient
+from service.clients.generation import GenerationClient
 from service.config import Settings
 from service.errors import RagserveError
 from service.security.fetch import SafeFetcher
@@ -34,8 +36,9 @@ log = logging.getLogger("ragserve.worker")
 
 class Worker:
     def __init__(self, queue: JobQueue, store: VectorStore, embedder: EmbeddingClient, settings: Settings,
-                 fetcher: SafeFetcher) -> None:
-        """``fetcher`` reads URL sources under ``RAGSERVE_FETCH__*`` (the caller owns and closes it)."""
+                 fetcher: SafeFetcher, generator: GenerationClient | None = None) -> None:
+        """``fetcher`` reads URL sources under ``RAGSERVE_FETCH__*``; ``generator``, when there is one, describes
+        pictures (``RAGSERVE_VISION__*``, :mod:`indexer.vision`). The caller owns and closes both."""
         self.queue = queue
         self.store = store
         self.settings = settings
@@ -46,7 +49,8 @@ class Worker:
         def chunker(size: int | None, overlap: int) -> Chunker:
             return Chunker(tokenizer, window=embedder.truncate_tokens, size=size, overlap=overlap)
 
-        self.pipeline = Pipeline(store, embedder, queue, settings, chunker, self._url_reader(fetcher))
+        self.pipeline = Pipeline(store, embedder, queue, settings, chunker, self._url_reader(fetcher),
+                                 vision_from_settings(settings, generator))
 
     def _url_reader(self, fetcher: SafeFetcher) -> UrlFetcher:
         """A blocking fetch for the pipeline's reader thread, run on this worker's event loop."""

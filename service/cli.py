@@ -117,6 +117,7 @@ def cmd_search(args: argparse.Namespace) -> None:
         extra += f" slide {where['slide']}" if "slide" in where else ""
         extra += f" rows {where['rows'][0]}-{where['rows'][1]}" if where.get("rows") else ""
         extra += f" § {' > '.join(where['headings'])}" if where.get("headings") else ""
+        extra += f" [{where['source']}]" if where.get("source") else ""  # read by OCR, or a VL description
         print(f"{hit.rank:>3}. {hit.score:.4f}  {hit.doc_id}#{hit.chunk_index}{extra}")
         print(f"     {hit.text[:160].replace(chr(10), ' ')}")
     print(f"timings (ms): {result.timings_ms}")

@@ -7,8 +7,8 @@ declared width × height is checked against ``RAGSERVE_MEDIA__MAX_IMAGE_PIXELS``
 the OCR workers (:mod:`indexer.ocr.pool`).
 
 Each frame with text is a section with ``location.source: "ocr"`` (and ``page`` for a TIFF of several
-pages). The document also lists its :class:`~indexer.documents.ImageRegion` s, the seam for a describer
-(a vision-language model) that would add what the picture shows to what OCR read.
+pages). The document also lists its :class:`~indexer.documents.ImageRegion` s: where a generator is
+configured, the describer (:mod:`indexer.vision`) adds what each frame shows to what OCR read.
 """
 
 from __future__ import annotations

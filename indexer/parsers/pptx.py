@@ -30,7 +30,7 @@ def parse(name: str, data: bytes) -> ParsedDocument:
         title = slide.shapes.title
         if title is not None and title.has_text_frame and title.text_frame.text.strip():
             out.heading(1, title.text_frame.text)
-        for shape in _shapes(slide.shapes):
+        for shape in walk_shapes(slide.shapes):
             if title is not None and shape.shape_id == title.shape_id:
                 continue
             out.block(_shape_text(shape))
@@ -46,10 +46,11 @@ def parse(name: str, data: bytes) -> ParsedDocument:
     return ParsedDocument(doc_id=name, sections=sections, metadata=meta, full_text=full_text)
 
 
-def _shapes(shapes: Iterable[Any]) -> Iterator[Any]:
+def walk_shapes(shapes: Iterable[Any]) -> Iterator[Any]:
+    """Every shape of a slide, groups opened, in the order the slide lists them (also :mod:`indexer.pictures`)."""
     for shape in shapes:
         if hasattr(shape, "shapes"):  # a group: its members, in order
-            yield from _shapes(shape.shapes)
+            yield from walk_shapes(shape.shapes)
         else:
             yield shape
 

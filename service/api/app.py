@@ -35,15 +35,14 @@ from service.api.routes import (
 )
 from service.api.state import Services
 from service.auth.keyring import KeyConfigError, keyring_from_settings
-from service.clients.factory import Transports, embedding_client, rerank_client, runner_client
-from service.clients.generation import GenerationClient
+from service.clients.factory import Transports, embedding_client, generation_client, rerank_client
 from service.config import Settings
 from service.documents.writer import DocumentWriter
 from service.generation.chat import ChatHandler
 from service.generation.image_query import ImageQueryWriter
 from service.media.service import MediaService
 from service.observability.requests import RequestContextMiddleware, TracingMiddleware
-from service.profiles import get_profile, resolve_generator
+from service.profiles import get_profile
 from service.search.query_cache import QueryEmbeddingCache
 from service.search.service import SearchService
 from service.security.fetch import Resolver, SafeFetcher
@@ -87,14 +86,8 @@ async def build_services(
         settings, profile, store, embedder, reranker, search_service, writer, metrics, jobs, fetcher, media
     )
     gs = settings.generation
-    model = resolve_generator(profile, enabled=gs.enabled, model=gs.model)
-    if model is not None:
-        services.generator = GenerationClient(
-            runner_client(settings, "generate", settings.runners.generate_url, gs.timeout_s,
-                          max_concurrency=gs.max_concurrency, unavailable_code="generation_unavailable",
-                          transports=transports, resolver=resolver), model,
-            adapters=gs.lora_adapters,
-        )
+    services.generator = generation_client(settings, profile, transports, resolver)
+    if services.generator is not None:
         services.image_queries = ImageQueryWriter(
             services.generator, max_tokens=gs.query_max_tokens, max_chars=settings.limits.max_query_chars
         )
@@ -142,7 +135,8 @@ def create_app(
             if with_worker:
                 from indexer.worker import Worker
 
-                worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher)
+                worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher,
+                                services.generator)
                 if settings.workers > 1:  # one of several API processes: one at a time runs it
                     from indexer.election import LOCK_NAME, run_when_elected
 

@@ -156,8 +156,8 @@ class SearchResult(_Model):
     reranked: bool
     mode: str
     hits: list[SearchHit]
-    timings_ms: dict[str, float | bool]
-    """Milliseconds per stage; ``embed_cached``: whether the query's vector came from the API's cache."""
+    timings_ms: dict[str, float]
+    """Milliseconds per stage; the query's vector is ``embed`` (the runner) or ``embed_cache`` (the API's cache)."""
 
 
 class Citation(_Model):

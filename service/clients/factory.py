@@ -8,10 +8,11 @@ from collections.abc import Mapping
 import httpx
 
 from service.clients.embeddings import EmbeddingClient
+from service.clients.generation import GenerationClient
 from service.clients.rerank import RerankClient
 from service.clients.runner import RunnerClient
 from service.config import Settings
-from service.profiles import Profile
+from service.profiles import Profile, resolve_generator
 from service.security.fetch import Resolver
 
 Transports = Mapping[str, httpx.AsyncBaseTransport]
@@ -69,4 +70,20 @@ def rerank_client(settings: Settings, profile: Profile, transports: Transports |
         profile.reranker,
         instruction=settings.rerank_instruction,
         truncate_tokens=window(profile.reranker.max_tokens, settings),
+    )
+
+
+def generation_client(settings: Settings, profile: Profile, transports: Transports | None = None,
+                      resolver: Resolver | None = None) -> GenerationClient | None:
+    """The generator's client, or None when no generator is configured (the profile has none and
+    ``RAGSERVE_GENERATION__MODEL`` names none, or generation is switched off)."""
+    gs = settings.generation
+    model = resolve_generator(profile, enabled=gs.enabled, model=gs.model)
+    if model is None:
+        return None
+    return GenerationClient(
+        runner_client(settings, "generate", settings.runners.generate_url, gs.timeout_s,
+                      max_concurrency=gs.max_concurrency, unavailable_code="generation_unavailable",
+                      transports=transports, resolver=resolver), model,
+        adapters=gs.lora_adapters,
     )

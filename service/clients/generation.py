@@ -44,12 +44,26 @@ class GenerationClient:
         """A whole (non-streamed) chat completion. Not retried: a generation is not idempotent work."""
         payload = await self.runner.post_json("/v1/chat/completions", {**body, "stream": False}, lane="query",
                                               idempotent=False, affinity=_affinity(body))
+        return self._checked(payload)
+
+    async def complete_bulk(self, body: dict[str, Any], *, timeout_s: float, idempotent: bool = False) -> str:
+        """A whole completion's text, sent in the bulk lane (the indexer's pictures): at most
+        ``bulk_max_inflight`` of them in flight, so chat's queries never queue behind a job, routed by the same
+        prompt-prefix affinity as chat. ``timeout_s`` is the call's one deadline, slot wait included.
+        ``idempotent`` (greedy decoding: the same answer again) lets a 5xx or a lost connection be retried."""
+        payload = await self.runner.post_json("/v1/chat/completions", {**body, "stream": False}, lane="bulk",
+                                              idempotent=idempotent, timeout_s=timeout_s, affinity=_affinity(body))
+        return self._text(self._checked(payload))
+
+    def _checked(self, payload: Any) -> dict[str, Any]:
         if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list) or not payload["choices"]:
             raise UpstreamError(self.runner.name, "chat completion has an unexpected shape")
         return payload
 
     async def complete_text(self, body: dict[str, Any]) -> str:
-        payload = await self.complete(body)
+        return self._text(await self.complete(body))
+
+    def _text(self, payload: dict[str, Any]) -> str:
         try:
             return str(payload["choices"][0]["message"]["content"] or "")
         except (KeyError, TypeError) as exc:

@@ -17,7 +17,7 @@ from service.generation.prompts import ContextPassage
 from service.search.service import RankedHit
 
 OFFSET_KEYS = ("char_start", "char_end", "byte_start", "byte_end")
-PLACE_KEYS = ("slide", "sheet", "rows")
+PLACE_KEYS = ("slide", "sheet", "rows", "picture", "source")
 _MARKER = re.compile(r"\[(\d{1,3})\]")
 
 
@@ -37,7 +37,8 @@ class Citation:
     headings: list[str] | None = None
     rerank_score: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    """More of the location, as stored: ``slide``, ``sheet``, ``rows``."""
+    """More of the location, as stored: ``slide``, ``sheet``, ``rows``, ``picture``, and ``source`` (``ocr``: read by
+    OCR; ``vision``: a picture's description)."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -1,4 +1,5 @@
-"""Prompts for the generator: the grounded answer, and the image-to-search-query rewrite.
+"""Prompts for the generator: the grounded answer, the image-to-search-query rewrite, and the description of a
+picture being indexed.
 
 Layout is chosen for vLLM's prefix cache (and its multimodal processor cache): what stays the same across
 requests comes first, what changes comes last. A grounded conversation is sent as
@@ -28,6 +29,17 @@ IMAGE_QUERY_SYSTEM_PROMPT = (
     "and any text visible in it, copied exactly. If the user asks something, include the key terms of the "
     "question. Reply with the query only."
 )
+
+DESCRIBE_SYSTEM_PROMPT = (
+    "You describe pictures for a search index. First transcribe the text visible in the picture, exactly as "
+    "written, line by line. Then describe the figure: what it shows (a chart, diagram, table, photo, screenshot), "
+    "its parts, labels, axes, values and what it conveys. Write plain sentences, no preamble. If there is no "
+    "text, say so in one line and only describe the figure."
+)
+DESCRIBE_INSTRUCTION = "Transcribe the visible text, then describe the figure."
+DESCRIBE_PROMPT_VERSION = 1
+"""Raised whenever the two texts above change: it is part of every described file's change hash
+(:mod:`indexer.vision`), so a new prompt describes every picture again, once."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,15 @@ def image_query_messages(image_data_url: str, text: str) -> list[dict[str, Any]]
         {"role": "system", "content": IMAGE_QUERY_SYSTEM_PROMPT},
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": image_data_url}},
                                      {"type": "text", "text": ask}]},
+    ]
+
+
+def describe_messages(image_data_url: str) -> list[dict[str, Any]]:
+    """The same system prompt and instruction for every picture; the picture is what differs."""
+    return [
+        {"role": "system", "content": DESCRIBE_SYSTEM_PROMPT},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": image_data_url}},
+                                     {"type": "text", "text": DESCRIBE_INSTRUCTION}]},
     ]
 
 

@@ -2,7 +2,8 @@
 rerank the candidates.
 
 Each stage is timed and reported; stage latencies also feed the Prometheus histograms (``embed`` only when the
-runner embedded the query: a cache hit says ``embed_cached`` instead, :mod:`service.search.query_cache`).
+runner embedded the query: a cache hit is timed as ``embed_cache``, the lookup, instead,
+:mod:`service.search.query_cache`).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ class SearchResult:
     hits: list[RankedHit]
     reranked: bool
     mode: str
-    timings_ms: dict[str, float | bool] = field(default_factory=dict)
-    """Milliseconds per stage; and ``embed_cached`` (a bool) wherever the query was embedded."""
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    """Milliseconds per stage, numbers only: a query's vector is ``embed`` (the runner's) or ``embed_cache`` (a hit)."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class SearchService:
         if rerank and self.reranker is None:
             raise BadRequest("this deployment's profile has no reranker", code="reranker_not_configured",
                              param="rerank")
-        timings: dict[str, float | bool] = {}
+        timings: dict[str, float] = {}
         started = time.perf_counter()
 
         info = await self.store.describe(q.collection)
@@ -123,8 +124,10 @@ class SearchService:
             with stage("embed", collection=q.collection, mode=mode) as span:
                 dense, cached = await self._embed_query(q, info.dimensions)
                 span.set_attribute("ragserve.embed_cached", cached)
-            timings["embed"] = _ms(t) if cached else self._stage("embed", t)
-            timings["embed_cached"] = cached
+            if cached:
+                timings["embed_cache"] = _ms(t)
+            else:
+                timings["embed"] = self._stage("embed", t)
         if info.sparse is not None and mode in ("sparse", "hybrid"):
             sparse = encoder(info.sparse).encode_query(q.query)
             if not sparse.indices and mode == "sparse":
@@ -174,7 +177,7 @@ class SearchService:
 
     async def _mode_scores(self, q: SearchQuery, mode: str, ranked: list[RankedHit], dense: list[float] | None,
                            sparse: SparseVector | None, scope: Filter | None,
-                           timings: dict[str, float | bool]) -> list[RankedHit]:
+                           timings: dict[str, float]) -> list[RankedHit]:
         """``ranked`` with each hit's dense and BM25 scores. A one-mode search already has its one score (the
         engine's); a fused one asks the store for both, over the same IDF corpus as the fused query."""
         if dense is not None and sparse is not None:

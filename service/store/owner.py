@@ -31,7 +31,14 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from service.store.process import START_TIMEOUT_S, _describe_exception, _rebuild, serve_connection, short_path
+from service.store.process import (
+    START_TIMEOUT_S,
+    _describe_exception,
+    _rebuild,
+    serve_connection,
+    short_path,
+    spawn_piped,
+)
 
 log = logging.getLogger("ragserve.store")
 
@@ -69,14 +76,7 @@ class StoreOwner:
         self._watcher.start()
 
     def _spawn(self) -> None:
-        ours, theirs = socket.socketpair()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "service.store.owner", str(theirs.fileno()), str(self.root), str(self.socket),
-             json.dumps(self._kwargs)],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-        )
-        theirs.close()
-        conn = Connection(ours.detach())
+        process, conn = spawn_piped("service.store.owner", str(self.root), str(self.socket), json.dumps(self._kwargs))
         try:
             if not conn.poll(START_TIMEOUT_S):
                 raise TimeoutError(f"the store owner did not start in {START_TIMEOUT_S:g}s")

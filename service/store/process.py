@@ -272,32 +272,26 @@ class ProcessStore(VectorStore):
     @classmethod
     async def open(cls, root: Path, **kwargs: Any) -> ProcessStore:
         """Start the child, open the store there (its lock, its collections) and wait for it to answer."""
-        ours, theirs = socket.socketpair()
-        process = await asyncio.to_thread(
-            subprocess.Popen,
-            [sys.executable, "-m", "service.store.process", str(theirs.fileno()), str(root), json.dumps(kwargs)],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-        )
-        theirs.close()
-        store = cls(root, process, Connection(ours.detach()), kwargs.get("min_free_bytes", 64 << 20))
-        try:
-            await asyncio.wait_for(store._run("ping"), START_TIMEOUT_S)
-        except BaseException:
-            await store.aclose()
-            raise
-        return store
+        process, conn = await asyncio.to_thread(spawn_piped, "service.store.process", str(root), json.dumps(kwargs))
+        store = cls(root, process, conn, kwargs.get("min_free_bytes", 64 << 20))
+        return await store._answering()
 
     @classmethod
     async def attach(cls, root: Path, socket_path: Path, *, min_free_bytes: int = 64 << 20) -> ProcessStore:
         """Connect to the store owner listening on ``socket_path`` (it holds ``root``'s lock). Where the owner is
         down, a call answers :class:`StoreError` (503) and the next one connects again."""
         store = cls(root, None, _connect(socket_path), min_free_bytes, socket_path)
+        return await store._answering()
+
+    async def _answering(self) -> ProcessStore:
+        """This store once it answers a ping; where it does not (an error, or nothing in ``START_TIMEOUT_S``),
+        close it (the child, or only the connection to the owner) and raise."""
         try:
-            await asyncio.wait_for(store._run("ping"), START_TIMEOUT_S)
+            await asyncio.wait_for(self._run("ping"), START_TIMEOUT_S)
         except BaseException:
-            await store.aclose()
+            await self.aclose()
             raise
-        return store
+        return self
 
     @property
     def shared(self) -> bool:
@@ -519,6 +513,21 @@ class ProcessStore(VectorStore):
 
     async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
         await self._run("set_sparse_vectors", name, list(vectors))
+
+
+def spawn_piped(module: str, *args: str) -> tuple[subprocess.Popen[bytes], Connection]:
+    """Start ``python -m module FD *args`` holding one end of a socket pair (its number passed as FD); our end,
+    as a :class:`Connection`, is the child's lifeline: it exits when that closes."""
+    ours, theirs = socket.socketpair()
+    try:
+        process = subprocess.Popen([sys.executable, "-m", module, str(theirs.fileno()), *args],
+                                   pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    return process, Connection(ours.detach())
 
 
 def _connect(socket_path: Path) -> Connection:

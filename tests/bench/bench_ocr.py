@@ -15,7 +15,6 @@ Figures in docs/ocr.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
@@ -24,6 +23,7 @@ from indexer.ocr import pages
 from indexer.ocr.reader import OcrReader
 from indexer.parsers import parse
 from service.config import OcrSettings
+from tests.bench.results import write_json
 from tests.support.ocr_pages import PARAGRAPH, cer, image_pdf, text_page
 from tests.support.pdf import make_pdf
 
@@ -73,9 +73,7 @@ def main() -> None:
     print(f"parse, {args.pages}-page scanned PDF (render + OCR, {args.workers} workers): {ocr_s:.1f} s = "
           f"{out['ocr_pages_per_s']} pages/s; its text-layer twin: {text_s:.2f} s; {out['ocr_cost_ratio']}x; "
           f"CER of page 1 {out['cer_page_1']:.2%}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+    write_json(args.json, out)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import shutil
 import subprocess
 import time
@@ -24,6 +23,7 @@ from collections.abc import Callable
 
 from PIL import Image
 
+from tests.bench.results import write_json
 from tests.support.ocr_pages import CONDITIONS, cer
 
 Engine = Callable[[Image.Image, int], str]
@@ -76,9 +76,7 @@ def main() -> None:
                          "seconds": round(seconds, 3), "megapixels": round(page.image.width * page.image.height / 1e6, 2)})
             print(f"{engine_name:10} {condition:34} CER {rows[-1]['cer']:.2%}  {seconds:6.2f} s  "
                   f"({rows[-1]['megapixels']} MP)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    write_json(args.json, rows)
 
 
 if __name__ == "__main__":

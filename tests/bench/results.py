@@ -84,5 +84,13 @@ def save(out: Path, name: str, result: dict[str, Any], plot: Callable[[dict[str,
     return paths
 
 
+def write_json(path: str | None, figures: object) -> None:
+    """Write ``figures`` to ``path`` (a bench's ``--json``) where one was given. Standard library only: the OCR
+    engine comparison imports it from a scratch venv."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(figures, f, indent=1)
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None

@@ -209,7 +209,9 @@ async def test_kill_during_a_query_burst(
 
     first_ok = min(a.started for a in ok)
     soak_figures("crash.runner_back_after_kill_s", back_at - killed_at, "s", "lower", tolerance=0.5, slack=2)
-    soak_figures("crash.first_200_after_back_s", first_ok - back_at, "s", "lower", tolerance=0.5, slack=0.5)
+    # Uniform by design over one breaker probe interval (1 s: the first search after the runner is back waits for
+    # the next /health probe) plus the searchers' 0.25 s back-off: runs gave 0.06 to 0.94 s. The slack is that span.
+    soak_figures("crash.first_200_after_back_s", first_ok - back_at, "s", "lower", tolerance=0.5, slack=1.25)
     soak_figures("crash.slowest_search_s", max(a.took for a in answers), "s", "lower", tolerance=0.5, slack=0.5)
     statuses = Counter(a.status for a in answers)
     assert set(statuses) <= {200, 503, 504} and statuses[503] > 0, statuses

@@ -13,13 +13,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.support.runners import free_port
+from tests.support.uvicorn_thread import uvicorn_thread
 from tests.support.waiting import until
 
 
@@ -92,15 +92,8 @@ def _app(proxy: EmbedProxy, upstream: str) -> Starlette:
 def embed_proxy(upstream: str, *, hold_from: int | None = None) -> Iterator[EmbedProxy]:
     port = free_port()
     proxy = EmbedProxy(url=f"http://127.0.0.1:{port}", hold_from=hold_from)
-    server = uvicorn.Server(uvicorn.Config(_app(proxy, upstream), host="127.0.0.1", port=port, log_level="warning",
-                                           access_log=False, lifespan="off", loop="asyncio",
-                                           timeout_graceful_shutdown=5))
-    thread = threading.Thread(target=server.run, name=f"embed-proxy-{port}", daemon=True)
-    thread.start()
-    until(lambda: server.started, "the embedding proxy's server thread started", timeout_s=60, every_s=0.02)
-    try:
-        yield proxy
-    finally:
-        proxy.release()
-        server.should_exit = True
-        thread.join(timeout=10)
+    with uvicorn_thread(_app(proxy, upstream), port, "embed-proxy"):
+        try:
+            yield proxy
+        finally:
+            proxy.release()  # a held answer goes back, so the server's stop does not wait on it

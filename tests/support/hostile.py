@@ -7,22 +7,7 @@ import io
 import json
 import zlib
 
-from tests.support.pdf import make_pdf
-
-
-def pdf_objects(objects: list[bytes]) -> bytes:
-    """A PDF of these objects (numbered from 1; object 1 the catalog), with a correct xref table."""
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    for off in offsets:
-        out += b"%010d 00000 n \n" % off
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+from tests.support.pdf import make_pdf, pdf_bytes
 
 
 def _page(contents: int, xobjects: bytes = b"") -> bytes:
@@ -42,7 +27,7 @@ def pdf_flate_bomb(inflated_bytes: int = 200_000_000) -> bytes:
         parts.append(packer.compress(line))
         written += len(line)
     stream = b"".join(parts) + packer.flush()
-    return pdf_objects([
+    return pdf_bytes([
         b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>", FONT, _page(5),
         b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
     ])
@@ -53,7 +38,7 @@ def pdf_reference_bomb(operators_per_form: int = 100, draws: int = 1000) -> byte
     text operators (5 per line), so extracting the page runs their product."""
     form = b"BT /F1 12 Tf 72 720 Td (abc) Tj ET\n" * (operators_per_form // 5)
     page = b"/X Do\n" * draws
-    return pdf_objects([
+    return pdf_bytes([
         b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>", FONT,
         _page(5, b" /XObject << /X 6 0 R >>"),
         b"<< /Length %d >>\nstream\n" % len(page) + page + b"\nendstream",

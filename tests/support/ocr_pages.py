@@ -119,6 +119,20 @@ def image_pdf(pages: list[Page]) -> bytes:
     return out.getvalue()
 
 
+def mixed_pdf(layer_text: str, scanned: Page) -> bytes:
+    """A two-page PDF: page 1 with a text layer holding ``layer_text``, page 2 an image of ``scanned`` (no text)."""
+    from pypdf import PdfReader, PdfWriter
+
+    from tests.support.pdf import make_pdf
+
+    writer = PdfWriter()
+    writer.add_page(PdfReader(io.BytesIO(make_pdf([layer_text]))).pages[0])
+    writer.add_page(PdfReader(io.BytesIO(image_pdf([scanned]))).pages[0])
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
 def multipage_tiff(pages: list[Page]) -> bytes:
     out = io.BytesIO()
     pages[0].image.save(out, "TIFF", save_all=True, append_images=[p.image for p in pages[1:]],

@@ -5,19 +5,17 @@ none arrived where ragserve must not connect)."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.support.runners import free_port
-from tests.support.waiting import until
+from tests.support.uvicorn_thread import uvicorn_thread
 
 
 @dataclass
@@ -64,13 +62,5 @@ def _app(origin: Origin) -> Starlette:
 def running_origin() -> Iterator[Origin]:
     port = free_port()
     origin = Origin(url=f"http://127.0.0.1:{port}")
-    server = uvicorn.Server(uvicorn.Config(_app(origin), host="127.0.0.1", port=port, log_level="warning",
-                                           access_log=False, lifespan="off"))
-    thread = threading.Thread(target=server.run, name=f"origin-{port}", daemon=True)
-    thread.start()
-    until(lambda: server.started, "the test origin's server thread started", timeout_s=60, every_s=0.02)
-    try:
+    with uvicorn_thread(_app(origin), port, "origin"):
         yield origin
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)

@@ -1,6 +1,22 @@
-"""Write a small valid PDF with a text layer, one page per string (no PDF library needed)."""
+"""Write small valid PDFs by hand (no PDF library needed): ``make_pdf`` gives one page of text layer per string;
+``pdf_bytes`` assembles any list of objects, for the hostile files built on it (tests/support/hostile.py)."""
 
 from __future__ import annotations
+
+
+def pdf_bytes(objects: list[bytes]) -> bytes:
+    """A PDF of these objects (numbered from 1; object 1 the catalog), with a correct xref table."""
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    for off in offsets:
+        out += b"%010d 00000 n \n" % off
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
 
 
 def make_pdf(pages: list[str]) -> bytes:
@@ -21,17 +37,7 @@ def make_pdf(pages: list[str]) -> bytes:
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
         assert len(objects) == content_id and page_id == content_id - 1
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    for off in offsets:
-        out += b"%010d 00000 n \n" % off
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    return pdf_bytes(objects)
 
 
 def image_bomb_pdf(side: int = 30_000) -> bytes:
@@ -52,14 +58,4 @@ def image_bomb_pdf(side: int = 30_000) -> bytes:
         b"<< /Type /XObject /Subtype /Image /Width %d /Height %d /ColorSpace /DeviceGray /BitsPerComponent 8 "
         b"/Filter /FlateDecode /Length %d >>\nstream\n" % (side, side, len(body)) + body + b"\nendstream",
     ]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, obj in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + obj + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    for off in offsets:
-        out += b"%010d 00000 n \n" % off
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    return pdf_bytes(objects)

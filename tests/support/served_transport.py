@@ -6,19 +6,17 @@ the scripted runner records and answers exactly what it would in-process (``Scri
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.support.runners import free_port
-from tests.support.waiting import until
+from tests.support.uvicorn_thread import uvicorn_thread
 
 
 def _app(transport: httpx.AsyncBaseTransport) -> Starlette:
@@ -37,14 +35,5 @@ def _app(transport: httpx.AsyncBaseTransport) -> Starlette:
 def served(transport: httpx.AsyncBaseTransport) -> Iterator[str]:
     """Serve ``transport`` on a free loopback port (a thread with its own event loop); its URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(_app(transport), host="127.0.0.1", port=port, log_level="warning",
-                                           access_log=False, lifespan="off", loop="asyncio",
-                                           timeout_graceful_shutdown=5))
-    thread = threading.Thread(target=server.run, name=f"scripted-runner-{port}", daemon=True)
-    thread.start()
-    until(lambda: server.started, "the scripted runner's server thread started", timeout_s=60, every_s=0.02)
-    try:
+    with uvicorn_thread(_app(transport), port, "scripted-runner"):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)

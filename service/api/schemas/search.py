@@ -61,7 +61,9 @@ class SearchHit(BaseModel):
     metadata: dict[str, Any]
     location: dict[str, Any] | None = Field(
         None, description="Where the chunk sits in its document (char/byte offsets, pages, headings); "
-        "`source: \"ocr\"` when its text was read by OCR (an image, a scanned PDF page)."
+        "`source: \"ocr\"` when its text was read by OCR (an image, a scanned PDF page), `source: \"vision\"` "
+        "when it is the VL model's description of a picture (with `picture`, its number in the file, for a "
+        "picture inside a PDF, DOCX or PPTX)."
     )
     score: float = Field(description="The score the hits are ordered by (rerank score when reranked).")
     vector_score: float = Field(
@@ -96,9 +98,9 @@ class SearchResponse(BaseModel):
     reranked: bool
     mode: str = Field(description="The retrieval mode used: dense, sparse or hybrid.")
     hits: list[SearchHit]
-    timings_ms: dict[str, float | bool] = Field(
-        description="Milliseconds per stage: image, image_query (with an image), embed, search, rerank, "
-        "score_details (hybrid, when asked), total; and `embed_cached` (a boolean, wherever the query was embedded: "
-        "dense and hybrid): true when the query's vector came from this process's query-embedding cache (then "
-        "`embed` is the lookup's time), false when the embedding runner embedded it."
+    timings_ms: dict[str, float] = Field(
+        description="Milliseconds per stage, numbers only: image, image_query (with an image), the query's vector, "
+        "search, rerank, score_details (hybrid, when asked), total. Where the query is embedded (dense and hybrid) "
+        "its vector's stage is `embed` when the embedding runner embedded it, or `embed_cache` (the lookup's time) "
+        "when it came from this process's query-embedding cache: exactly one of the two is there."
     )

@@ -26,10 +26,10 @@ from tests.support.ocr_pages import (
     cer,
     encoded,
     image_pdf,
+    mixed_pdf,
     multipage_tiff,
     text_page,
 )
-from tests.support.pdf import make_pdf
 
 # condition: (how the page is filed, measured CER, bound)
 CASES = {
@@ -82,16 +82,7 @@ def test_a_tiff_is_read_page_by_page(ocr: OcrReader) -> None:
 
 def test_a_mixed_pdf_keeps_its_text_layer_and_reads_its_scanned_page(ocr: OcrReader) -> None:
     """Page 1 has a text layer (kept as it is, no OCR); page 2 is an image of text (OCR'd); both keep their page."""
-    layer = make_pdf(["The annual report lists every harbor fee."])
-    scan = text_page((UNIQUE_PHRASE,))
-    from pypdf import PdfReader, PdfWriter
-
-    writer = PdfWriter()
-    writer.add_page(PdfReader(io.BytesIO(layer)).pages[0])
-    writer.add_page(PdfReader(io.BytesIO(image_pdf([scan]))).pages[0])
-    out = io.BytesIO()
-    writer.write(out)
-    doc = _read(ocr, "mixed.pdf", out.getvalue())
+    doc = _read(ocr, "mixed.pdf", mixed_pdf("The annual report lists every harbor fee.", text_page((UNIQUE_PHRASE,))))
     assert [(s.page, dict(s.location)) for s in doc.sections] == [(1, {}), (2, {"source": "ocr"})]
     assert doc.sections[0].text == "The annual report lists every harbor fee."
     assert cer(doc.sections[1].text, UNIQUE_PHRASE) <= 0.03

@@ -15,10 +15,10 @@ import pytest
 from service import cli
 from service.auth.keys import ApiKeyEntry, sha256_hex
 from service.config import Settings
-from service.store import snapshots
 from tests.support.app import API_KEY, app_client, wait_for_job
 from tests.support.scripted_embed import ScriptedEmbedder, scripted_settings, vector_base64
 from tests.support.server import live_server
+from tests.support.snapshots import sealed_snapshot
 from tests.support.waiting import until_async
 
 READ_KEY = "read-key-0123456789abcdef"
@@ -171,21 +171,11 @@ def test_the_cli_snapshots_through_the_api_and_restores_offline(tmp_path: Path,
     assert sorted(p.name for p in busy.iterdir()) == ["jobs.sqlite3"]
 
 
-def _sealed(root: Path, snapshot_id: str) -> Path:
-    """A sealed snapshot of the folder format, written by the test (one small file; no engine)."""
-    dest = root / snapshot_id
-    folder = snapshots.staging(dest)
-    (folder / "collections" / "kb").mkdir(parents=True)
-    (folder / "collections" / "kb" / "collection.json").write_text(json.dumps({"id": snapshot_id}))
-    return snapshots.seal(folder, dest, backend="edge", engine={"name": "test", "version": "0"}, counts={"kb": 1},
-                          marker=None).path
-
-
 async def test_retention_prunes_the_oldest_and_the_listing_sets_unreadable_ones_apart(tmp_path: Path) -> None:
     settings = _settings(tmp_path / "data")
     settings.snapshot_keep = 2
     root = settings.snapshots_path
-    old = [_sealed(root, f"2026010{d}T000000Z-00000{d}") for d in (1, 2, 3)]
+    old = [sealed_snapshot(root, f"2026010{d}T000000Z-00000{d}") for d in (1, 2, 3)]
     broken = root / "20260100T000000Z-000000"
     broken.mkdir()
     (broken / "snapshot.json").write_bytes(b"{not json")

@@ -22,6 +22,7 @@ from service.store.layout import MARKER
 from service.store.process import ProcessStore
 from service.store.snapshots import RestoreTargetNotEmpty, SnapshotError
 from service.store.types import Chunk, SparseVector
+from tests.support.snapshots import sealed_snapshot
 
 DIMS = 16
 CHUNKS_PER_DOC = 5
@@ -239,16 +240,6 @@ def test_a_manifest_other_than_the_one_expected_is_refused_before_anything_is_wr
         {"kb": CHUNKS_PER_DOC}
 
 
-def _sealed(root: Path, snapshot_id: str) -> Path:
-    """A sealed snapshot of the folder format written by the test (one small file; no engine)."""
-    dest = root / snapshot_id
-    folder = snapshots.staging(dest)
-    (folder / "collections" / "kb").mkdir(parents=True)
-    (folder / "collections" / "kb" / "collection.json").write_text(json.dumps({"id": snapshot_id}))
-    return snapshots.seal(folder, dest, backend="edge", engine={"name": "test", "version": "0"}, counts={"kb": 1},
-                          marker=None).path
-
-
 def _broken(root: Path, snapshot_id: str, manifest: bytes) -> Path:
     (root / snapshot_id).mkdir(parents=True)
     (root / snapshot_id / snapshots.MANIFEST).write_bytes(manifest)
@@ -257,7 +248,7 @@ def _broken(root: Path, snapshot_id: str, manifest: bytes) -> Path:
 
 def test_a_listing_leaves_out_the_folders_whose_manifest_cannot_be_read(tmp_path: Path) -> None:
     root = tmp_path / "snaps"
-    first, last = _sealed(root, "20260101T000000Z-000001"), _sealed(root, "20260104T000000Z-000004")
+    first, last = sealed_snapshot(root, "20260101T000000Z-000001"), sealed_snapshot(root, "20260104T000000Z-000004")
     _broken(root, "20260102T000000Z-000002", b"{not json")
     _broken(root, "20260103T000000Z-000003", json.dumps({"format": 1, "collections": [{"name": "kb"}]}).encode())
     _broken(root, "20260103T000000Z-000005", json.dumps({"format": 99}).encode())
@@ -274,7 +265,7 @@ def test_prune_keeps_the_newest_and_never_the_one_just_sealed_a_partial_or_an_un
         tmp_path: Path) -> None:
     root = tmp_path / "snaps"
     ids = [f"2026010{d}T000000Z-00000{d}" for d in range(1, 6)]
-    sealed = [_sealed(root, i) for i in ids]
+    sealed = [sealed_snapshot(root, i) for i in ids]
     broken = _broken(root, "20260100T000000Z-000000", b"{not json")  # the oldest of all, and unreadable
     partial = root / "20260109T000000Z-000009.partial"
     partial.mkdir()
@@ -283,7 +274,7 @@ def test_prune_keeps_the_newest_and_never_the_one_just_sealed_a_partial_or_an_un
     assert snapshots.prune(root, 2, sealed=sealed[-1]) == sealed[:3]
     assert sorted(p.name for p in root.iterdir()) == [broken.name, ids[3], ids[4], partial.name]
     # The one just sealed is kept even where it sorts first (a clock set back): the others make room.
-    early = _sealed(root, "20250101T000000Z-00000a")
+    early = sealed_snapshot(root, "20250101T000000Z-00000a")
     assert snapshots.prune(root, 2, sealed=early) == sealed[3:4]
     assert [s.path for s in snapshots.list_snapshots(root)] == [early, sealed[4]]
     assert (partial / "half.bin").read_bytes() == b"being written" and broken.is_dir()

@@ -82,7 +82,9 @@ function locationParts(loc) {
   if (loc.slide !== undefined && loc.slide !== null) out.push(["slide", "Slide", String(loc.slide)]);
   if (loc.sheet !== undefined && loc.sheet !== null) out.push(["sheet", "Sheet", String(loc.sheet)]);
   if (Array.isArray(loc.rows) && loc.rows.length === 2) out.push(["rows", "Rows", range(loc.rows[0], loc.rows[1])]);
+  if (loc.picture !== undefined && loc.picture !== null) out.push(["picture", "Picture", String(loc.picture)]);
   if (loc.source === "ocr") out.push(["source", "Read by", "OCR"]);
+  if (loc.source === "vision") out.push(["source", "Read by", "Description of the picture (VL model)"]);
   return out;
 }
 
@@ -245,9 +247,7 @@ function renderResult(result) {
   const timings = $("timings");
   timings.replaceChildren();
   for (const [stage, ms] of Object.entries(result.timings_ms)) {
-    // Milliseconds, but for embed_cached: whether the query's vector came from the cache.
-    const shown = typeof ms === "boolean" ? (ms ? "yes" : "no") : fmtMs(ms);
-    timings.append(el("div", { dataset: { stage } }, el("dt", {}, stage), el("dd", {}, shown)));
+    timings.append(el("div", { dataset: { stage } }, el("dt", {}, stage), el("dd", {}, fmtMs(ms))));
   }
   const terms = queryTerms(result.query);
   $("hits").replaceChildren(...result.hits.map((hit) => renderHit(hit, terms, result.mode)));
@@ -480,7 +480,7 @@ function showCitation(c, opener) {
   citationOpener = opener;
   const view = $("citation-view");
   $("citation-title").textContent = `[${c.number}] ${c.doc_id} · ${c.collection}`;
-  fillLocation($("citation-location"), { ...(c.offsets || {}), page: c.page, headings: c.headings, slide: c.slide, sheet: c.sheet, rows: c.rows });
+  fillLocation($("citation-location"), { ...(c.offsets || {}), page: c.page, headings: c.headings, slide: c.slide, sheet: c.sheet, rows: c.rows, picture: c.picture, source: c.source });
   $("citation-location").append(el("dt", {}, "Chunk"), el("dd", { dataset: { key: "chunk" } }, String(c.chunk_index)),
     el("dt", {}, "Rerank score"), el("dd", { dataset: { key: "rerank" } }, fmtScore(c.rerank_score)),
     el("dt", {}, "Cited in the answer"), el("dd", { dataset: { key: "cited" } }, c.cited ? "yes" : "no"));
