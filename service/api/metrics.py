@@ -8,6 +8,7 @@ One registry per app, so several apps (tests) never collide on global collectors
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -40,8 +41,24 @@ class Metrics:
         self.query_cache = QueryCacheCollector()
         self.registry.register(self.query_cache)
 
+        self._children: dict[tuple[str, ...], Any] = {}
+
     def observe_stage(self, stage: str, seconds: float) -> None:
-        self.stage.labels(stage).observe(seconds)
+        self._child(self.stage, "stage", stage).observe(seconds)
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self._child(self.requests, "requests", method, route, str(status)).inc()
+        self._child(self.latency, "latency", method, route).observe(seconds)
+
+    def _child(self, metric: Any, name: str, *labels: str) -> Any:
+        """``metric.labels(*labels)``, kept: the client looks each one up under a lock with its labels checked
+        (four per search). The label sets are bounded (route templates, stages, statuses), and a kept child is
+        the one ``labels`` returns, as long as nothing removes it (nothing here does)."""
+        key = (name, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
 
 class MetricsMiddleware:
@@ -67,7 +84,5 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            route = scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            self.metrics.requests.labels(scope["method"], path, str(status)).inc()
-            self.metrics.latency.labels(scope["method"], path).observe(time.perf_counter() - started)
+            path = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.observe_request(scope["method"], path, status, time.perf_counter() - started)

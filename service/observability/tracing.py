@@ -9,8 +9,8 @@ an SDK provider they are non-recording and cost next to nothing. Attributes: ``r
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -26,12 +26,12 @@ tracer = trace.get_tracer("ragserve")
 STANDARD_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
-@contextmanager
-def stage(name: str, **attributes: Any) -> Iterator[Span]:
-    """A span for one pipeline stage, a child of whatever span is current (the request's, a batch's)."""
+def stage(name: str, **attributes: Any) -> AbstractContextManager[Span]:
+    """A span for one pipeline stage, a child of whatever span is current (the request's, a batch's): the
+    tracer's own context manager, not one wrapped in a generator of ours (a search opens two, and each wrapper
+    cost a generator and its frames)."""
     attrs = {f"ragserve.{k}": v for k, v in attributes.items() if v is not None}
-    with tracer.start_as_current_span(name, attributes=attrs) as span:
-        yield span
+    return tracer.start_as_current_span(name, attributes=attrs)
 
 
 def otlp_exporter(settings: OtelSettings, environ: Mapping[str, str] = os.environ) -> SpanExporter | None:

@@ -76,6 +76,7 @@ from service.store.types import (
     Fusion,
     HasId,
     Hit,
+    HitRow,
     IsEmpty,
     Match,
     MatchAny,
@@ -83,6 +84,7 @@ from service.store.types import (
     SparseVector,
     StateCollector,
     StoredPoint,
+    hit_row,
 )
 
 log = logging.getLogger("ragserve.store")
@@ -360,13 +362,23 @@ class EdgeStore(VectorStore):
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
         idf_corpus: Filter | None = None,
     ) -> list[Hit]:
+        rows = await self.query_rows(name, dense=dense, sparse=sparse, limit=limit, query_filter=query_filter,
+                                     fusion=fusion, idf_corpus=idf_corpus)
+        return [Hit(*row) for row in rows]
+
+    async def query_rows(
+        self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
+        limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
+        idf_corpus: Filter | None = None,
+    ) -> list[HitRow]:
+        """:meth:`query`'s hits as plain rows: what the store's process sends (:mod:`service.store.process`)."""
         coll = self._get(name)
         flt = to_edge(query_filter) if query_filter is not None else None
         sparse_params = self._sparse_params if idf_corpus is None else _idf_params(idf_corpus)
         dense_params = self._int8_params if coll.info.quantization == INT8 else self._params
         request = self._request(dense, sparse, limit, flt, fusion, dense_params, sparse_params)
         points = await self._run(name, lambda: coll.shard.query(request))
-        return [Hit.from_payload(p.id, p.score, p.payload) for p in points]
+        return [hit_row(p.id, p.score, p.payload) for p in points]
 
     async def ensure_tenant_index(self, name: str, field: str) -> None:
         coll = self._get(name)

@@ -4,6 +4,7 @@ mode, parented under the request's span (or, for indexing, under the batch's).""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,6 +15,7 @@ from opentelemetry.trace import SpanKind
 from service.config import OtelSettings, Settings
 from service.observability.tracing import otlp_exporter
 from tests.support.app import app_client, wait_for_job
+from tests.support.scripted_embed import ScriptedEmbedder, scripted_settings
 
 DOCS = [{"id": f"d{i}", "text": t} for i, t in enumerate(["vault keys rotate monthly", "tickets are answered",
                                                           "keys live in the vault"])]
@@ -38,11 +40,33 @@ async def test_a_search_makes_a_span_per_stage_under_the_request_span(
     minilm_settings: Settings, spans: InMemorySpanExporter, mode: str, stages: list[str]
 ) -> None:
     async with app_client(minilm_settings) as client:
-        await _seed(client)
-        spans.clear()
-        r = await client.post("/v1/search", json={"collection": "docs", "query": "vault keys", "mode": mode},
-                              headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
-        assert r.status_code == 200, r.text
+        r = await _traced_search(client, spans, mode)
+    _assert_search_spans(spans, r, mode, stages)
+
+
+@pytest.mark.parametrize("mode, stages", [("dense", ["embed", "store"]), ("sparse", ["store"]),
+                                          ("hybrid", ["embed", "store"])])
+async def test_search_spans_with_the_runner_scripted_and_the_store_in_its_process(
+    tmp_path: Path, spans: InMemorySpanExporter, mode: str, stages: list[str]
+) -> None:
+    """The same spans with the embedding runner scripted at the network edge (no vLLM) and the store in its own
+    process (the default): tracing stays whole on the path that issue 20 made cheaper."""
+    runner = ScriptedEmbedder()
+    async with app_client(scripted_settings(tmp_path), transports={"embedding": runner.transport}) as client:
+        r = await _traced_search(client, spans, mode)
+    _assert_search_spans(spans, r, mode, stages)
+
+
+async def _traced_search(client: httpx.AsyncClient, spans: InMemorySpanExporter, mode: str) -> httpx.Response:
+    await _seed(client)
+    spans.clear()
+    r = await client.post("/v1/search", json={"collection": "docs", "query": "vault keys", "mode": mode},
+                          headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
+    assert r.status_code == 200, r.text
+    return r
+
+
+def _assert_search_spans(spans: InMemorySpanExporter, r: httpx.Response, mode: str, stages: list[str]) -> None:
     by_name = _by_name(spans.get_finished_spans())
     assert sorted(by_name) == sorted(["POST /v1/search", *stages])
     (request,) = by_name["POST /v1/search"]

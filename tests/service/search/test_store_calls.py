@@ -1,10 +1,11 @@
 """The query path makes one store call per search, whatever the mode, on both backends: collection
 settings come from this process's cache (invalidated by its own changes), and nothing counts points per
 query. ``GET /v1/collections`` makes one call, not one per collection. Counted at our own store boundary
-(``EdgeStore._run``, ``ServerStore._call``), with the real engines behind it and the real MiniLM runner."""
+(``EdgeStore._run``, ``ProcessStore._run``, ``ServerStore._call``), with the real engines behind it and the real MiniLM runner."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from qdrant_client import AsyncQdrantClient
 
 from service.config import Settings
 from tests.support.app import app_client
+from tests.support.scripted_embed import ScriptedEmbedder, scripted_settings
 
 DOCS = [{"id": f"d{i}", "text": f"note {i} about rivers and {['owls', 'moths', 'bats'][i % 3]}"} for i in range(30)]
 
@@ -48,3 +50,19 @@ async def test_one_store_call_per_search_and_per_listing(minilm_settings: Settin
         assert [c["name"] for c in listed.json()["collections"]] == ["a", "b", "c"]
         assert listed.json()["collections"][0]["points"] == (30 if backend == "edge" else 0)  # server: as cached
         assert len(calls) == 1
+
+
+@pytest.mark.parametrize("edge_process", [False, True], ids=["edge", "edge-process"])
+async def test_one_store_call_per_search_with_the_runner_scripted(tmp_path: Path, edge_process: bool) -> None:
+    """The same count without vLLM (the embedding runner scripted at the network edge), with the embedded store
+    in this process and in its own (where each call is one message over its pipe)."""
+    runner = ScriptedEmbedder()
+    settings = scripted_settings(tmp_path, qdrant={"edge_process": edge_process})
+    async with app_client(settings, transports={"embedding": runner.transport}) as client:
+        assert (await client.post("/v1/collections", json={"name": "a"})).status_code == 201
+        assert (await client.post("/v1/collections/a/documents", json={"documents": DOCS})).status_code == 200
+        calls = count_calls(client.services.store)  # type: ignore[attr-defined]
+        for mode in ("dense", "sparse", "hybrid", "hybrid", "dense"):
+            r = await client.post("/v1/search", json={"collection": "a", "query": "rivers owls", "mode": mode})
+            assert r.status_code == 200 and r.json()["hits"], r.text
+        assert len(calls) == 5
