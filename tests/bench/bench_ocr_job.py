@@ -10,7 +10,8 @@ short notes is indexed first; then, for the twin and for the scan in turn, one s
 that collection (dense, no rerank, the query cache off: every search embeds) for as long as the job runs, and
 once more for ``--idle-searches`` searches with nothing indexing. Printed (and written to ``--json``): each
 job's seconds, pages/s and chunks, and search round trips (p50 / p90 / p99 / max) idle and during each job.
-Pages as in :mod:`tests.bench.bench_ocr`: 40 lines of 12-point type on a US Letter page at 300 dpi.
+Pages as in :mod:`tests.bench.bench_ocr` (40 lines of 12-point type on a US Letter page at 300 dpi), each with
+its own header and order of lines (:func:`page_texts`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import tempfile
 import time
 from pathlib import Path
@@ -35,6 +37,17 @@ from tests.support.ocr_pages import image_pdf, text_page
 from tests.support.pdf import make_pdf
 
 WORDS = ("harbor", "ledger", "copper", "meadow", "signal", "orbit", "violin", "protein", "river", "lantern")
+
+
+def page_texts(pages: int) -> list[tuple[str, ...]]:
+    """Each page its own text (a header and the 40 lines in an order of its own): identical pages would make
+    identical chunks, which the pipeline embeds once, and the job would cost no embedding at all."""
+    out = []
+    for i in range(pages):
+        lines = list(LINES)
+        random.Random(i).shuffle(lines)
+        out.append((f"Page {i + 1} of the harbor records.", *lines[:39]))
+    return out
 
 
 def settings_for(data_dir: Path, args: argparse.Namespace) -> Settings:
@@ -84,9 +97,9 @@ async def job_with_searches(client: httpx.AsyncClient, name: str, data: bytes) -
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
-    page = text_page(LINES, width_in=8.5, margin_in=0.75)
-    scanned = image_pdf([page] * args.pages)
-    twin = make_pdf([" ".join(LINES)] * args.pages)
+    texts = page_texts(args.pages)
+    scanned = image_pdf([text_page(t, width_in=8.5, margin_in=0.75) for t in texts])
+    twin = make_pdf([" ".join(t) for t in texts])
     notes = [{"id": f"n{i}", "text": f"note {i}: {WORDS[i % 10]} {WORDS[i // 10 % 10]} {WORDS[i // 100 % 10]}"}
              for i in range(200)]
     out: dict[str, Any] = {"scenario": "ocr-job", "pages": args.pages, "workers": args.workers,
