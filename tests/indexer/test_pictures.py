@@ -10,7 +10,7 @@ import pytest
 from indexer.documents import ImageRegion, ParsedDocument
 from indexer.pictures import PictureTooLarge, pictures
 from service.media.formats import sniff
-from tests.support.pdf import image_bomb_pdf
+from tests.support.pdf import image_bomb_pdf, pdf_bytes
 
 MAX_PIXELS = 40_000_000
 
@@ -31,17 +31,7 @@ def pdf_with_a_figure(side: int = 96) -> bytes:
         b"/Filter /FlateDecode /Length %d >>\nstream\n" % (side, side, len(body)) + body + b"\nendstream",
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, obj in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + obj + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    for off in offsets:
-        out += b"%010d 00000 n \n" % off
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    return pdf_bytes(objects)
 
 
 def doc(*scanned_pages: int) -> ParsedDocument:
