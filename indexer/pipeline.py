@@ -272,8 +272,9 @@ class Pipeline:
                 yield FileError(file.name, str(exc))
                 continue
             yield Expect(len(docs) - 1)
-            if vision is not None and budget is not None and len(docs) == 1 and file_hash is not None:
+            if vision is not None and len(docs) == 1:
                 assert self._loop is not None, "set by run before the reader thread starts"
+                assert budget is not None and file_hash is not None, "both set wherever vision is"
                 described = vision.describe(docs[0], fmt, file.data, budget, self._loop)
                 docs = [described.doc]
                 for problem in described.problems:

@@ -31,7 +31,18 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from indexer.queue import MAX_ERRORS, TERMINAL, Counts, DocState, Job, JobState, LeaseLost, Upload, gave_up_message
+from indexer.queue import (
+    MAX_ERRORS,
+    TERMINAL,
+    Counts,
+    DocState,
+    Doorbell,
+    Job,
+    JobState,
+    LeaseLost,
+    Upload,
+    gave_up_message,
+)
 
 NOW = "extract(epoch from clock_timestamp())::double precision"
 FENCE = f"id = %s AND lease_token = %s AND state = 'running' AND lease_until >= {NOW}"
@@ -79,6 +90,7 @@ to compress them again saves the CPU without costing space."""
 class PostgresJobQueue:
     def __init__(self, pool: AsyncConnectionPool[AsyncConnection[dict[str, Any]]]) -> None:
         self._pool = pool
+        self.doorbell = Doorbell()
 
     @classmethod
     async def open(cls, url: str, *, pool_size: int = 4, idle_in_transaction_s: float = 30.0,
@@ -132,6 +144,7 @@ class PostgresJobQueue:
                 await conn.execute("INSERT INTO ragserve_job_files (job_id, name, data) VALUES (%s, %s, %s)",
                                    (job_id, name, data), binary=True)
         assert row is not None
+        self.doorbell.ring()
         return _job(row)
 
     async def get(self, job_id: str) -> Job | None:

@@ -19,7 +19,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from indexer.queue import MAX_ERRORS, TERMINAL, Counts, DocState, Job, JobState, LeaseLost, Upload, gave_up_message
+from indexer.queue import (
+    MAX_ERRORS,
+    TERMINAL,
+    Counts,
+    DocState,
+    Doorbell,
+    Job,
+    JobState,
+    LeaseLost,
+    Upload,
+    gave_up_message,
+)
 from indexer.upload_folder import UploadFolder
 
 T = TypeVar("T")
@@ -63,6 +74,7 @@ class SqliteJobQueue:
         must share it."""
         self.path = path
         self._clock = clock
+        self.doorbell = Doorbell()
         self.uploads = UploadFolder(uploads_dir or path.parent / "uploads")
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
@@ -130,6 +142,7 @@ class SqliteJobQueue:
         except BaseException:
             await asyncio.to_thread(self.uploads.drop, job.id)
             raise
+        self.doorbell.ring()
         return job
 
     async def get(self, job_id: str) -> Job | None:

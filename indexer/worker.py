@@ -92,9 +92,8 @@ class Worker:
                 log.error("worker %s: the job queue failed (%s: %s); trying again in %.1fs", self.id,
                           type(exc).__name__, exc, wait_s)
                 busy = False
-            if not busy:
-                with suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), wait_s)
+            if not busy:  # the next poll, or a job queued by this process, or the stop
+                await self.queue.doorbell.wait(stop, wait_s)
 
     async def run_once(self) -> bool:
         """Claim and run one job; False when there was none."""

@@ -367,7 +367,8 @@ class IndexerSettings(BaseModel):
     tokenizer_path: str | None = Field(None, description="Tokenizer dir or hub name (default: the checkpoint's).")
     job_db: Path | None = Field(None, description="SQLite job queue (default: <data_dir>/jobs.sqlite3).")
     lease_s: float = Field(60.0, description="A running job whose worker stops heartbeating is taken over after this.")
-    poll_s: float = Field(0.5, description="How often an idle worker looks for jobs.")
+    poll_s: float = Field(0.5, description="How often an idle worker looks for jobs; a job queued through the "
+                          "worker's own process (serve --with-worker) wakes it at once.")
     max_attempts: int = Field(
         3, ge=1, description="Runs whose lease ran out (worker died or stalled) before a job ends failed."
     )

@@ -10,13 +10,8 @@ from pathlib import Path
 
 from service.config import Settings
 from tests.support.app import API_KEY
+from tests.support.cli import ragserve
 from tests.support.server import live_server
-
-
-def _ragserve(*args: str, url: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RAGSERVE_API_KEY": API_KEY}
-    return subprocess.run([sys.executable, "-m", "service.cli", *args, "--url", url], env=env, text=True,
-                          capture_output=True, timeout=300)
 
 
 def test_index_shows_progress_and_summary_then_search(minilm_settings: Settings, tmp_path: Path) -> None:
@@ -27,9 +22,9 @@ def test_index_shows_progress_and_summary_then_search(minilm_settings: Settings,
     (folder / "skip.log").write_text("not wanted")
     minilm_settings.indexer.poll_s = 0.05
     with live_server(minilm_settings, with_worker=True) as url:
-        first = _ragserve("index", str(folder), "--collection", "kb", "--exclude", "*.log", url=url)
-        again = _ragserve("index", str(folder), "--collection", "kb", "--exclude", "*.log", url=url)
-        found = _ragserve("search", "how is espresso made", "--collection", "kb", url=url)
+        first = ragserve("index", str(folder), "--collection", "kb", "--exclude", "*.log", url=url)
+        again = ragserve("index", str(folder), "--collection", "kb", "--exclude", "*.log", url=url)
+        found = ragserve("search", "how is espresso made", "--collection", "kb", url=url)
     assert first.returncode == 0, first.stderr
     assert "succeeded" in first.stdout and "2 seen, 2 indexed" in first.stdout
     assert "docs 2/2" in first.stderr and "[####" in first.stderr  # the live progress bar
@@ -48,12 +43,12 @@ def test_several_paths_are_several_sources_and_prune_per_source(minilm_settings:
     (deploy / "README.md").write_text("# Deploy\nHow to run the service on Kubernetes.\n")
     minilm_settings.indexer.poll_s = 0.05
     with live_server(minilm_settings, with_worker=True) as url:
-        first = _ragserve("index", str(docs), str(deploy), "--collection", "kb", "--quiet", url=url)
+        first = ragserve("index", str(docs), str(deploy), "--collection", "kb", "--quiet", url=url)
         (docs / "old.md").unlink()
-        pruned = _ragserve("index", str(docs), str(deploy), "--collection", "kb", "--prune", "--quiet", url=url)
-        found = _ragserve("search", "how to", "--collection", "kb", "--json", "--top-k", "10", url=url)
-        nested = _ragserve("index", str(tmp_path), str(docs), "--collection", "kb", url=url)
-        missing = _ragserve("index", str(docs), str(tmp_path / "nope"), "--collection", "kb", url=url)
+        pruned = ragserve("index", str(docs), str(deploy), "--collection", "kb", "--prune", "--quiet", url=url)
+        found = ragserve("search", "how to", "--collection", "kb", "--json", "--top-k", "10", url=url)
+        nested = ragserve("index", str(tmp_path), str(docs), "--collection", "kb", url=url)
+        missing = ragserve("index", str(docs), str(tmp_path / "nope"), "--collection", "kb", url=url)
     assert first.returncode == 0, first.stderr
     assert first.stdout.count(": succeeded") == 2 and "2 seen, 2 indexed" in first.stdout
     assert "1 seen, 1 indexed" in first.stdout
@@ -74,16 +69,16 @@ def test_delete_by_filter_dry_run_then_delete(minilm_settings: Settings, tmp_pat
     (folder / "new.md").write_text("# New\nThe chat gateway.\n")
     minilm_settings.indexer.poll_s = 0.05
     with live_server(minilm_settings, with_worker=True) as url:
-        indexed = _ragserve("index", str(folder / "old.md"), "--collection", "kb", "--quiet", url=url)
-        _ragserve("index", str(folder / "new.md"), "--collection", "kb", "--quiet", url=url)
+        indexed = ragserve("index", str(folder / "old.md"), "--collection", "kb", "--quiet", url=url)
+        ragserve("index", str(folder / "new.md"), "--collection", "kb", "--quiet", url=url)
         where = json.dumps({"title": "Old"})
-        dry = _ragserve("delete", "--collection", "kb", "--filter", where, "--dry-run", url=url)
-        still = _ragserve("search", "gateway", "--collection", "kb", "--json", url=url)
-        done = _ragserve("delete", "--collection", "kb", "--filter", where, url=url)
-        left = _ragserve("search", "gateway", "--collection", "kb", "--json", url=url)
-        empty = _ragserve("delete", "--collection", "kb", url=url)
-        not_json = _ragserve("delete", "--collection", "kb", "--filter", "{tag: old}", url=url)
-        unknown = _ragserve("search", "x", "--collection", "nope", url=url)
+        dry = ragserve("delete", "--collection", "kb", "--filter", where, "--dry-run", url=url)
+        still = ragserve("search", "gateway", "--collection", "kb", "--json", url=url)
+        done = ragserve("delete", "--collection", "kb", "--filter", where, url=url)
+        left = ragserve("search", "gateway", "--collection", "kb", "--json", url=url)
+        empty = ragserve("delete", "--collection", "kb", url=url)
+        not_json = ragserve("delete", "--collection", "kb", "--filter", "{tag: old}", url=url)
+        unknown = ragserve("search", "x", "--collection", "nope", url=url)
     assert indexed.returncode == 0, indexed.stderr
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout == "would delete 1 documents (1 chunks) from 'kb'\n  old.md\n"

@@ -5,14 +5,11 @@ MiniLM runner, the embedded store."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from service.config import Settings
-from tests.support.app import API_KEY
+from tests.support.cli import ragserve
 from tests.support.ocr_pages import PARAGRAPH, encoded, image_pdf, mixed_pdf, multipage_tiff, text_page
 from tests.support.server import live_server
 
@@ -28,11 +25,6 @@ PHRASES = {
 }
 
 
-def _ragserve(*args: str, url: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RAGSERVE_API_KEY": API_KEY}
-    return subprocess.run([sys.executable, "-m", "service.cli", *args, "--url", url], env=env, text=True,
-                          capture_output=True, timeout=300)
-
 
 def test_a_folder_of_scans_indexes_and_each_phrase_is_found_on_its_page(minilm_settings: Settings,
                                                                        tmp_path: Path) -> None:
@@ -47,8 +39,8 @@ def test_a_folder_of_scans_indexes_and_each_phrase_is_found_on_its_page(minilm_s
                                                         text_page((by_file["pages.tiff"],))]))
     minilm_settings.indexer.poll_s = 0.05
     with live_server(minilm_settings, with_worker=True) as url:
-        indexed = _ragserve("index", str(folder), "--collection", "scans", "--quiet", url=url)
-        found = {phrase: _ragserve("search", phrase, "--collection", "scans", "--top-k", "1", url=url)
+        indexed = ragserve("index", str(folder), "--collection", "scans", "--quiet", url=url)
+        found = {phrase: ragserve("search", phrase, "--collection", "scans", "--top-k", "1", url=url)
                  for phrase in PHRASES}
 
     assert indexed.returncode == 0, indexed.stdout + indexed.stderr
