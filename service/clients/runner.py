@@ -36,6 +36,7 @@ from typing import Any
 
 import httpx
 
+from service.clients.direct import runner_http
 from service.clients.errors import (
     UpstreamError,
     UpstreamOverloaded,
@@ -109,7 +110,7 @@ class RunnerClient:
             health_interval_s=health_interval_s, dns_refresh_s=dns_refresh_s,
             affinity_load_factor=affinity_load_factor, clock=clock,
         )
-        self._http = httpx.AsyncClient(
+        self._http, self._post = runner_http(
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
             limits=httpx.Limits(max_connections=self.lanes.total, max_keepalive_connections=self.lanes.total),
             transport=transport,
@@ -253,8 +254,7 @@ class RunnerClient:
                     # The httpx timeouts bound each phase; within() bounds the whole attempt by what is left.
                     left = deadline.remaining()
                     timeout = httpx.Timeout(left, connect=min(self._connect_timeout_s, left))
-                    response = await self._clock.within(
-                        self._http.post(replica.url + path, json=body, timeout=timeout), left)
+                    response = await self._clock.within(self._post.post(replica.url + path, body, timeout), left)
                 except asyncio.CancelledError:
                     if trial:
                         replica.breaker.release_trial()
