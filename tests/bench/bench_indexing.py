@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import tempfile
 import time
 from contextlib import ExitStack
@@ -40,12 +39,11 @@ from indexer.tokenizer import load_tokenizer
 from service.config import Settings
 from service.profiles import MINILM, EmbeddingModel, default_checkpoint, get_profile
 from service.runners.launcher import runner_specs, running
-from service.server import BackgroundServer
 from tests.bench.synthetic import HealthProbe, prefill, py_spy, summarize, synthetic_corpus
+from tests.support.process import ragserve_serve
 from tests.support.runners import free_port
 
 SCIFACT = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "scifact" / "corpus.jsonl"
-KEY = "bench-key-0123456789abcdef"
 
 
 def sample_corpus(n: int) -> bytes:
@@ -90,12 +88,13 @@ async def raw_throughput(url: str, texts: list[str], tokens: int, batch: int, in
 
 def run_job(client: httpx.Client, corpus: bytes, name: str) -> tuple[float, dict]:  # type: ignore[type-arg]
     """Tokens/s of one ingest job into ``bench``, end to end: from the upload's start to the job's own
-    ``finished_at`` (the same machine's clock), so the 0.1 s between this client's looks at the job is not
-    counted as the pipeline's; and the job."""
+    ``finished_at`` (the same machine's clock), so the time between this client's looks at the job is not
+    counted as the pipeline's; and the job. It looks every 0.5 s, as the Python client's ``wait_for_job`` and
+    ``ragserve index`` do: a status poll costs the API CPU that the runner, on every core, would have had."""
     started = time.time()
     job = client.post("/v1/collections/bench/ingest", files=[("files", (name, corpus))]).json()
     while job["state"] not in ("succeeded", "failed", "cancelled"):
-        time.sleep(0.1)
+        time.sleep(0.5)
         job = client.get(f"/v1/jobs/{job['id']}").json()
     wall = job["finished_at"] - started
     assert job["state"] == "succeeded", job
@@ -103,48 +102,56 @@ def run_job(client: httpx.Client, corpus: bytes, name: str) -> tuple[float, dict
     return job["counts"]["tokens"] / wall, job
 
 
+def serve_env(profile: str, sections: dict[str, dict[str, object]]) -> dict[str, str]:
+    """Settings as ``ragserve serve`` reads them from its environment: ``RAGSERVE_<SECTION>__<NAME>``."""
+    env = {"RAGSERVE_PROFILE": profile, "RAGSERVE_GENERATION__ENABLED": "false"}
+    for section, values in sections.items():
+        for name, value in values.items():
+            env[f"RAGSERVE_{section.upper()}__{name.upper()}"] = str(value).lower() if isinstance(value, bool) \
+                else str(value)
+    return env
+
+
 def rounds(url: str, parts: list[tuple[bytes, list[str], int]], best: tuple[int, int], data_dir: Path,
            prefill_points: int = 0, spy: Path | None = None, *, profile: str = "minilm",
            runners: dict[str, object] | None = None, indexer: dict[str, object] | None = None,
            truncate: int | None = None) -> dict:  # type: ignore[type-arg]
-    """Start the API with its worker (in a thread of this process), fill ``bench`` with ``prefill_points``
-    synthetic points, then per part: the raw runner on the part's chunks, then an ingest job of the part; and
-    the raw runner once more at the end. Each job is thus timed between two raw measurements minutes apart at
-    most, which is what keeps the comparison fair on a machine that others load too. With ``spy``, py-spy
-    samples this process during each job. ``profile``, ``runners`` and ``indexer`` are settings of the API (the
-    embedding runner is ``url`` whatever ``runners`` says); ``truncate`` the raw requests' token limit."""
+    """Start ``ragserve serve --with-worker`` in its own process, as a user runs it (so this process's clients,
+    the job's uploads and polls, the health probe and the raw runs, share no interpreter with the API), fill
+    ``bench`` with ``prefill_points`` synthetic points, then per part: the raw runner on the part's chunks, then
+    an ingest job of the part; and the raw runner once more at the end. Each job is thus timed between two raw
+    measurements minutes apart at most, which is what keeps the comparison fair on a machine that others load
+    too; the health probe runs during the raw runs as during the jobs, so both sides of the ratio carry it. With ``spy``, py-spy samples the API process during each job. ``profile``, ``runners`` and ``indexer``
+    are settings of the API (the embedding runner is ``url`` whatever ``runners`` says); ``truncate`` the raw
+    requests' token limit."""
     model = get_profile(profile).embedding
     synthetic = synthetic_corpus(prefill_points, model.dimensions) if prefill_points else None
-    settings = Settings(profile=profile, data_dir=data_dir, api_keys=[KEY], port=free_port(),
-                        runners={**(runners or {}), "embed_url": url}, indexer=indexer or {},
-                        generation={"enabled": False})
-    server = BackgroundServer(settings, with_worker=True)
-    server.start()
-    base = f"http://127.0.0.1:{settings.port}"
+    env = serve_env(profile, {"runners": {**(runners or {}), "embed_url": url}, "indexer": indexer or {}})
     out: dict = {"rounds": []}  # type: ignore[type-arg]
-    try:
-        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {KEY}"}, timeout=600) as client:
-            client.post("/v1/collections", json={"name": "bench"}).raise_for_status()
-            out["prefill"] = None
-            if synthetic is not None:
-                with HealthProbe(base) as probe:
-                    out["prefill"] = prefill(client, "bench", synthetic)
-                out["prefill"]["health_ms"] = probe.summary()
-                del synthetic
-            raws, health = [], []
-            for i, (corpus, texts, tokens) in enumerate(parts):
+    with ragserve_serve(data_dir, url, env, timeout_s=300) as served, \
+            httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {served.key}"},
+                         timeout=600) as client:
+        base = served.url
+        client.post("/v1/collections", json={"name": "bench"}).raise_for_status()
+        out["prefill"] = None
+        if synthetic is not None:
+            with HealthProbe(base) as probe:
+                out["prefill"] = prefill(client, "bench", synthetic)
+            out["prefill"]["health_ms"] = probe.summary()
+            del synthetic
+        raws, health = [], []
+        for i, (corpus, texts, tokens) in enumerate(parts):
+            with HealthProbe(base):  # the probe's load on both sides of the ratio
                 raws.append(asyncio.run(raw_throughput(url, texts, tokens, *best, model, truncate)))
-                with py_spy(os.getpid(), spy / f"indexing-job-{i + 1}.txt" if spy else None), \
-                        HealthProbe(base) as probe:
-                    pipe, job = run_job(client, corpus, f"part-{i}.jsonl")
-                health += probe.latencies_ms
-                out["rounds"].append({"tokens": tokens, "raw_before": raws[-1], "pipeline": pipe,
-                                      "job_wall_s": job["wall_s"], "counts": job["counts"]})
+            with py_spy(served.pid, spy / f"indexing-job-{i + 1}.txt" if spy else None), HealthProbe(base) as probe:
+                pipe, job = run_job(client, corpus, f"part-{i}.jsonl")
+            health += probe.latencies_ms
+            out["rounds"].append({"tokens": tokens, "raw_before": raws[-1], "pipeline": pipe,
+                                  "job_wall_s": job["wall_s"], "counts": job["counts"]})
+        with HealthProbe(base):
             raws.append(asyncio.run(raw_throughput(url, parts[-1][1], parts[-1][2], *best, model, truncate)))
-            out["health_ms_during_jobs"] = summarize(health)
-            out["points_after"] = client.get("/v1/collections/bench").json()["points"]
-    finally:
-        server.stop()
+        out["health_ms_during_jobs"] = summarize(health)
+        out["points_after"] = client.get("/v1/collections/bench").json()["points"]
     for i, r in enumerate(out["rounds"]):
         r["raw_after"] = raws[i + 1]
         r["raw"] = max(r["raw_before"], r["raw_after"])  # the better neighbour: the stricter reference
