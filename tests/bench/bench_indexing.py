@@ -107,8 +107,7 @@ def serve_env(profile: str, sections: dict[str, dict[str, object]]) -> dict[str,
     env = {"RAGSERVE_PROFILE": profile, "RAGSERVE_GENERATION__ENABLED": "false"}
     for section, values in sections.items():
         for name, value in values.items():
-            env[f"RAGSERVE_{section.upper()}__{name.upper()}"] = str(value).lower() if isinstance(value, bool) \
-                else str(value)
+            env[f"RAGSERVE_{section.upper()}__{name.upper()}"] = str(value)
     return env
 
 
@@ -121,8 +120,9 @@ def rounds(url: str, parts: list[tuple[bytes, list[str], int]], best: tuple[int,
     ``bench`` with ``prefill_points`` synthetic points, then per part: the raw runner on the part's chunks, then
     an ingest job of the part; and the raw runner once more at the end. Each job is thus timed between two raw
     measurements minutes apart at most, which is what keeps the comparison fair on a machine that others load
-    too; the health probe runs during the raw runs as during the jobs, so both sides of the ratio carry it. With ``spy``, py-spy samples the API process during each job. ``profile``, ``runners`` and ``indexer``
-    are settings of the API (the embedding runner is ``url`` whatever ``runners`` says); ``truncate`` the raw
+    too; the health probe runs during the raw runs as during the jobs, so both sides of the ratio carry it. With
+    ``spy``, py-spy samples the API process during each job. ``profile``, ``runners`` and ``indexer`` are
+    settings of the API (the embedding runner is ``url`` whatever ``runners`` says); ``truncate`` the raw
     requests' token limit."""
     model = get_profile(profile).embedding
     synthetic = synthetic_corpus(prefill_points, model.dimensions) if prefill_points else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from service.clients.direct import DirectPost, env_proxied, runner_http
+from service.clients.direct import env_proxied, runner_http
 
 TIMEOUT = httpx.Timeout(4.0, connect=2.0)
 LIMITS = httpx.Limits(max_connections=4, max_keepalive_connections=4)
@@ -75,4 +75,3 @@ async def test_a_proxy_in_the_environment_leaves_every_call_to_the_client(monkey
     client, post = runner_http(timeout=TIMEOUT, limits=LIMITS, transport=None)
     async with client:
         assert post._transport is None  # the client routes each URL: the proxy, or NO_PROXY's plain transport
-    assert isinstance(post, DirectPost)
