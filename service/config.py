@@ -273,6 +273,12 @@ class QdrantSettings(BaseModel):
         "its download or writes of a restore's upload.",
     )
     edge_threads: int = Field(2, ge=1, description="Embedded store: threads that run engine calls.")
+    edge_search_threads: int = Field(
+        0, ge=0, description="Embedded store: threads of the engine's search pool per collection (its segments "
+        "searched in parallel). 0 (auto): 1 on a host of up to 4 cores, where the search then runs on the calling "
+        "thread (on 2 cores a search over 500 points took 76 us of CPU this way against 275 us with the engine's "
+        "default pool of 8, and less time too); else one per core.",
+    )
     edge_process: bool = Field(
         True, description="Embedded store: run Qdrant Edge in a child process of its own (one per data folder), so "
         "its engine calls, which hold the GIL, never pause the API's event loop. false: in this process.",

@@ -116,10 +116,12 @@ class EdgeStore(VectorStore):
     quantizations = frozenset({INT8})
 
     def __init__(self, root: Path, *, max_concurrency: int = 8, timeout_s: float = 10.0, threads: int = 2,
-                 write_batch: int = 128, hnsw_ef: int = 256, int8_oversampling: float = 2.0,
+                 search_threads: int = 0, write_batch: int = 128, hnsw_ef: int = 256, int8_oversampling: float = 2.0,
                  min_free_bytes: int = 64 << 20, inline: bool = False) -> None:
-        """Use :meth:`open` (it takes the folder's lock and loads every collection)."""
+        """Use :meth:`open` (it takes the folder's lock and loads every collection). ``search_threads``: the
+        engine's search pool per collection, 0 for :func:`search_pool_size`'s rule."""
         self.root = root
+        self._search_threads = search_threads or search_pool_size()
         self._inline = inline
         self._min_free = min_free_bytes
         self._slots = asyncio.Semaphore(max_concurrency)
@@ -158,8 +160,11 @@ class EdgeStore(VectorStore):
                 log.warning("ignoring %s: no collection.json (an interrupted create)", folder)
                 continue
             meta = json.loads(meta_path.read_text())
-            shard = qe.EdgeShard.load(str(folder / "shard"))
             info = CollectionInfo.from_metadata(folder.name, int(meta["dimensions"]), 0, meta)
+            # With a config, which the engine checks against the shard's and stores: only the search pool's
+            # size is set here (what is left None keeps what the shard has).
+            shard = qe.EdgeShard.load(str(folder / "shard"), _config(
+                info.dimensions, info.sparse is not None, search_threads=self._search_threads))
             self._collections[folder.name] = _Collection(info, shard, folder)
 
     async def aclose(self) -> None:
@@ -295,7 +300,7 @@ class EdgeStore(VectorStore):
             info = CollectionInfo(name, dimensions, 0, model, dict(filter_fields or {}), sparse)
             folder = self.root / "collections" / name
             self.check_space(NEW_SHARD_BYTES)
-            shard = await self._run(None, lambda: _create_shard(folder, info))
+            shard = await self._run(None, lambda: _create_shard(folder, info, self._search_threads))
             self._collections[name] = _Collection(info, shard, folder)
             return info
 
@@ -478,11 +483,12 @@ class EdgeStore(VectorStore):
 # --- helpers that run in the pool (plain functions: no event-loop state) -------------------------------
 
 
-def _create_shard(folder: Path, info: CollectionInfo) -> qe.EdgeShard:
+def _create_shard(folder: Path, info: CollectionInfo, search_threads: int) -> qe.EdgeShard:
     if folder.exists():  # an earlier create that never wrote collection.json: ours, and empty of meaning
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    shard = qe.EdgeShard.create(str(folder / "shard"), _config(info.dimensions, info.sparse is not None))
+    shard = qe.EdgeShard.create(str(folder / "shard"), _config(info.dimensions, info.sparse is not None,
+                                                               search_threads=search_threads))
     indexes = {**INTERNAL_INDEXES, **{f"metadata.{k}": v for k, v in info.filter_fields.items()}}
     for key, kind in indexes.items():
         shard.update(qe.UpdateOperation.create_field_index(key, FIELD_TYPES[kind]))
@@ -509,8 +515,22 @@ def _tenant_index(shard: qe.EdgeShard, field: str) -> None:
         shard.update(qe.UpdateOperation.create_field_index(TENANT, FIELD_TYPES["keyword"]))
 
 
+def search_pool_size(cores: int | None = None) -> int:
+    """The engine's search pool per collection where the settings leave it to ragserve: 1 on a host of up to 4
+    cores, else one thread per core.
+
+    With a pool of 1 the engine searches on the calling thread. The store's engine calls hold its GIL, so its
+    searches run one at a time and only a search's own segments could run in parallel; on a small host the
+    API, the runners and the store already share the cores, and a pool's threads mostly wake and wait for each
+    other. Measured on 2 cores (``python -m tests.bench.bench_store_threads``): the engine's default pool (8
+    threads) spent 3.6x the CPU of one thread on 500 points of 1024 dimensions, 2.3x on 2,000 of 384, and took
+    longer as well. Above 4 cores (not measured here) a large collection's segments are searched in parallel."""
+    cores = cores or os.cpu_count() or 1
+    return 1 if cores <= 4 else cores
+
+
 def _config(dimensions: int, sparse: bool, optimizers: qe.EdgeOptimizersConfig | None = None, *,
-            int8: bool = False) -> qe.EdgeConfig:
+            int8: bool = False, search_threads: int | None = None) -> qe.EdgeConfig:
     """The shard's config. On a load, what is left ``None`` keeps what the shard has stored (so a collection once
     set to int8 stays int8); ``int8`` sets scalar quantization, its int8 copy kept in RAM, with ``m=0``: no HNSW
     graph, so ``optimize`` builds only the quantized copy and a dense search is a full scan over it, rescored with
@@ -522,6 +542,7 @@ def _config(dimensions: int, sparse: bool, optimizers: qe.EdgeOptimizersConfig |
         hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000) if int8 else None,
         quantization_config=(qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, memory=qe.Memory.Pinned)
                              if int8 else None),
+        max_search_threads=search_threads,
     )
 
 

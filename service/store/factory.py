@@ -37,7 +37,8 @@ def edge_options(settings: Settings) -> dict[str, Any]:
     """The embedded store's options, as its opener (in this process, its child, or the store owner) takes them."""
     q = settings.qdrant
     return {"max_concurrency": q.max_concurrency, "timeout_s": q.timeout_s, "threads": q.edge_threads,
-            "write_batch": q.edge_write_batch, "hnsw_ef": q.hnsw_ef, "int8_oversampling": q.int8_oversampling,
+            "search_threads": q.edge_search_threads, "write_batch": q.edge_write_batch, "hnsw_ef": q.hnsw_ef,
+            "int8_oversampling": q.int8_oversampling,
             "min_free_bytes": q.edge_min_free_mb << 20}
 
 

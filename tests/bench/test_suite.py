@@ -116,3 +116,12 @@ def test_query_cache_bench_runs_its_stream_both_ways_on_the_scripted_runner(tmp_
     assert off["hit_rate"] == 0.0 and off["repeat_ms"]["n"] == sum(repeats)
     assert on["hit_rate"] == sum(repeats) / 40 == result["stream_repeats"]
     assert (on["hit_ms"]["n"], on["miss_ms"]["n"]) == (sum(repeats), 40 - sum(repeats))
+
+
+def test_store_threads_bench_measures_each_pool_size_with_the_same_answer() -> None:
+    """``bench_store_threads`` loads a shard with each pool size; the nearest point to a stored vector is that
+    point, whichever pool searched."""
+    from tests.bench import bench_store_threads
+
+    rows = bench_store_threads.measure(300, 8, 20)
+    assert [(r["pool"], r["first"]) for r in rows] == [("engine default", 7), (1, 7), (2, 7)]

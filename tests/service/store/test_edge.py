@@ -4,10 +4,12 @@ the offline optimizes (``ragserve optimize``: the HNSW build, or with ``--int8``
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import subprocess
 import sys
 import threading
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,7 @@ import pytest
 from service.config import Settings
 from service.server import preflight
 from service.sparse.config import SparseConfig
-from service.store.edge import EdgeStore, optimize_collection
+from service.store.edge import EdgeStore, optimize_collection, search_pool_size
 from service.store.errors import LegacyStoreLayout, StoreError, StoreLocked
 from service.store.types import Chunk, Fusion, SparseVector
 
@@ -342,3 +344,40 @@ async def test_an_inline_store_calls_the_engine_on_its_loop_thread_with_the_same
         store._collections["c"].shard = spy.shard  # type: ignore[assignment]
     finally:
         await store.aclose()
+
+
+
+def _engine_search_threads() -> Counter[str]:
+    """This process's threads in the engine's search pools (one pool per open collection), by name."""
+    names = (tid / "comm" for tid in Path("/proc/self/task").iterdir())
+    return Counter(n for n in (p.read_text().strip() for p in names) if n.startswith("edge-search"))
+
+
+async def test_the_search_pool_is_sized_on_every_open_and_answers_alike(tmp_path: Path) -> None:
+    """``qdrant.edge_search_threads`` sizes each collection's search pool when the collection is created and
+    again on every open (the engine stores the size in the shard, and an open without it would keep the last
+    one): 3 threads, then 1 on the same folder, then 3 again. The hits are the same whichever pool searched."""
+    assert [search_pool_size(n) for n in (1, 2, 4, 5, 16)] == [1, 1, 1, 5, 16]
+    vectors = np.random.default_rng(7).standard_normal((300, 8)).tolist()
+    stored = tmp_path / "collections" / "c" / "shard" / "edge_config.json"
+    answers = []
+    gc.collect()  # no other test's forgotten shard may end its pool while this one counts threads
+    gc.disable()
+    try:
+        for size in (3, 1, 3):
+            before = _engine_search_threads()
+            store = await EdgeStore.open(tmp_path, search_threads=size)
+            try:
+                if not await store.list_collections():
+                    await store.create_collection("c", dimensions=8, model="m")
+                    await store.upsert("c", [Chunk(f"d{i}", 0, f"text {i}", {}) for i in range(300)], vectors)
+                assert _engine_search_threads() - before == Counter(f"edge-search-{i}" for i in range(size))
+                assert json.loads(stored.read_text())["max_search_threads"] == size
+                hits = await store.query("c", dense=vectors[5], limit=10)
+                answers.append([(h.doc_id, h.score) for h in hits])
+            finally:
+                await store.aclose()
+    finally:
+        gc.enable()
+    assert answers[0][0][0] == "d5"
+    assert answers[1] == answers[0] and answers[2] == answers[0]
