@@ -91,7 +91,7 @@ async def test_overhead_bench_times_every_layer_and_the_api_costs_more_than_the_
     assert list(result) == ["httpx post + json (mock)", "EmbeddingClient.embed_query", bench_overhead.ENGINE,
                             "EdgeStore.query (in-process)", "ProcessStore round trip (ping)", "ProcessStore.query",
                             "SearchService.search (dense)", "GET /health (ASGI)", bench_overhead.SEARCH,
-                            "POST /v1/search via httpx ASGITransport", "POST /v1/search, embed stubbed",
+                            bench_overhead.SEARCH_C32, "POST /v1/search via httpx ASGITransport", "POST /v1/search, embed stubbed",
                             "POST /v1/search, store stubbed", bench_overhead.API_ALONE]
     search = result[bench_overhead.SEARCH]
     assert search["cpu_ms"] > result["SearchService.search (dense)"]["cpu_ms"]

@@ -32,8 +32,12 @@ async def test_the_request_and_the_answer_are_the_clients() -> None:
     async with client:
         direct = await post.post("http://runner:8000/v1/embeddings", BODY, TIMEOUT)
         through = await client.post("http://runner:8000/v1/embeddings", json=BODY, timeout=TIMEOUT)
-    assert _wire(seen[0]) == _wire(seen[1])
-    assert direct.json() == through.json() == {"ok": True}
+        again = await post.post("http://runner:8000/v1/embeddings", BODY, TIMEOUT)  # its URL parsed before
+        other = await post.post("http://runner:8001/v1/embeddings?x=%C3%A9", BODY, TIMEOUT)
+        through_other = await client.post("http://runner:8001/v1/embeddings?x=%C3%A9", json=BODY, timeout=TIMEOUT)
+    assert _wire(seen[0]) == _wire(seen[1]) == _wire(seen[2])
+    assert _wire(seen[3]) == _wire(seen[4]) and str(seen[3].url) == "http://runner:8001/v1/embeddings?x=%C3%A9"
+    assert direct.json() == through.json() == again.json() == other.json() == through_other.json() == {"ok": True}
     assert direct.request is seen[0] and direct.is_closed and direct.encoding == through.encoding
 
 
