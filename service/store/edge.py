@@ -161,8 +161,9 @@ class EdgeStore(VectorStore):
                 continue
             meta = json.loads(meta_path.read_text())
             info = CollectionInfo.from_metadata(folder.name, int(meta["dimensions"]), 0, meta)
-            # With a config, which the engine checks against the shard's and stores: only the search pool's
-            # size is set here (what is left None keeps what the shard has).
+            # With a config, for the search pool's size (the engine stores it in the shard, so an open without it
+            # keeps the last one); its vectors are the ones the shard was created with (the engine checks them),
+            # and what is left None keeps what the shard has (its quantization, its optimizers).
             shard = qe.EdgeShard.load(str(folder / "shard"), _config(
                 info.dimensions, info.sparse is not None, search_threads=self._search_threads))
             self._collections[folder.name] = _Collection(info, shard, folder)
