@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -353,6 +354,16 @@ def _engine_search_threads() -> Counter[str]:
     return Counter(n for n in (p.read_text().strip() for p in names) if n.startswith("edge-search"))
 
 
+def _search_threads_once(want: Counter[str], base: Counter[str]) -> Counter[str]:
+    """The engine's search threads beyond ``base`` once they are ``want``, or as they are after 60 s: a pool's
+    threads name themselves as they start, and a closed pool's threads end after its close has returned, so on a
+    busy machine either can lag behind the call (a liveness bound: the count is checked, not the time)."""
+    deadline = time.monotonic() + 60
+    while (now := _engine_search_threads() - base) != want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return now
+
+
 async def test_the_search_pool_is_sized_on_every_open_and_answers_alike(tmp_path: Path) -> None:
     """``qdrant.edge_search_threads`` sizes each collection's search pool when the collection is created and
     again on every open (the engine stores the size in the shard, and an open without it would keep the last
@@ -364,14 +375,16 @@ async def test_the_search_pool_is_sized_on_every_open_and_answers_alike(tmp_path
     gc.collect()  # no other test's forgotten shard may end its pool while this one counts threads
     gc.disable()
     try:
+        base = _engine_search_threads()
         for size in (3, 1, 3):
-            before = _engine_search_threads()
+            assert _search_threads_once(Counter(), base) == Counter()  # the last store's pool has ended
             store = await EdgeStore.open(tmp_path, search_threads=size)
             try:
                 if not await store.list_collections():
                     await store.create_collection("c", dimensions=8, model="m")
                     await store.upsert("c", [Chunk(f"d{i}", 0, f"text {i}", {}) for i in range(300)], vectors)
-                assert _engine_search_threads() - before == Counter(f"edge-search-{i}" for i in range(size))
+                want = Counter(f"edge-search-{i}" for i in range(size))
+                assert _search_threads_once(want, base) == want
                 assert json.loads(stored.read_text())["max_search_threads"] == size
                 hits = await store.query("c", dense=vectors[5], limit=10)
                 answers.append([(h.doc_id, h.score) for h in hits])
