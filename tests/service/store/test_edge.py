@@ -4,8 +4,8 @@ the offline optimizes (``ragserve optimize``: the HNSW build, or with ``--int8``
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -348,18 +348,32 @@ async def test_an_inline_store_calls_the_engine_on_its_loop_thread_with_the_same
 
 
 
-def _engine_search_threads() -> Counter[str]:
-    """This process's threads in the engine's search pools (one pool per open collection), by name."""
-    names = (tid / "comm" for tid in Path("/proc/self/task").iterdir())
-    return Counter(n for n in (p.read_text().strip() for p in names) if n.startswith("edge-search"))
+def _threads() -> set[str]:
+    """This process's thread ids."""
+    return set(os.listdir("/proc/self/task"))
 
 
-def _search_threads_once(want: Counter[str], base: Counter[str]) -> Counter[str]:
-    """The engine's search threads beyond ``base`` once they are ``want``, or as they are after 60 s: a pool's
-    threads name themselves as they start, and a closed pool's threads end after its close has returned, so on a
-    busy machine either can lag behind the call (a liveness bound: the count is checked, not the time)."""
+def _search_threads_since(base: set[str]) -> Counter[str]:
+    """The threads of the engine's search pools (one pool per open collection) that are not in ``base``, by name.
+    By id, so that another test's pool still ending meanwhile (its threads end after its close returned) is
+    neither counted nor hides a new one."""
+    found: Counter[str] = Counter()
+    for tid in _threads() - base:
+        try:
+            name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        except (FileNotFoundError, ProcessLookupError):  # a thread that ended since the folder was listed
+            continue
+        if name.startswith("edge-search"):
+            found[name] += 1
+    return found
+
+
+def _search_threads_once(want: Counter[str], base: set[str]) -> Counter[str]:
+    """:func:`_search_threads_since` once it is ``want``, or as it is after 60 s: a pool's threads name themselves
+    as they start, and a closed pool's threads end after its close has returned, so on a busy machine either can
+    lag behind the call (a liveness bound: the threads are checked, not the time)."""
     deadline = time.monotonic() + 60
-    while (now := _engine_search_threads() - base) != want and time.monotonic() < deadline:
+    while (now := _search_threads_since(base)) != want and time.monotonic() < deadline:
         time.sleep(0.01)
     return now
 
@@ -372,25 +386,20 @@ async def test_the_search_pool_is_sized_on_every_open_and_answers_alike(tmp_path
     vectors = np.random.default_rng(7).standard_normal((300, 8)).tolist()
     stored = tmp_path / "collections" / "c" / "shard" / "edge_config.json"
     answers = []
-    gc.collect()  # no other test's forgotten shard may end its pool while this one counts threads
-    gc.disable()
-    try:
-        base = _engine_search_threads()
-        for size in (3, 1, 3):
-            assert _search_threads_once(Counter(), base) == Counter()  # the last store's pool has ended
-            store = await EdgeStore.open(tmp_path, search_threads=size)
-            try:
-                if not await store.list_collections():
-                    await store.create_collection("c", dimensions=8, model="m")
-                    await store.upsert("c", [Chunk(f"d{i}", 0, f"text {i}", {}) for i in range(300)], vectors)
-                want = Counter(f"edge-search-{i}" for i in range(size))
-                assert _search_threads_once(want, base) == want
-                assert json.loads(stored.read_text())["max_search_threads"] == size
-                hits = await store.query("c", dense=vectors[5], limit=10)
-                answers.append([(h.doc_id, h.score) for h in hits])
-            finally:
-                await store.aclose()
-    finally:
-        gc.enable()
+    base = _threads()
+    for size in (3, 1, 3):
+        assert _search_threads_once(Counter(), base) == Counter()  # the last store's pool has ended
+        store = await EdgeStore.open(tmp_path, search_threads=size)
+        try:
+            if not await store.list_collections():
+                await store.create_collection("c", dimensions=8, model="m")
+                await store.upsert("c", [Chunk(f"d{i}", 0, f"text {i}", {}) for i in range(300)], vectors)
+            want = Counter(f"edge-search-{i}" for i in range(size))
+            assert _search_threads_once(want, base) == want
+            assert json.loads(stored.read_text())["max_search_threads"] == size
+            hits = await store.query("c", dense=vectors[5], limit=10)
+            answers.append([(h.doc_id, h.score) for h in hits])
+        finally:
+            await store.aclose()
     assert answers[0][0][0] == "d5"
     assert answers[1] == answers[0] and answers[2] == answers[0]
