@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,6 +11,7 @@ from types import ModuleType
 import pytest
 
 from tests.deploy.manifests import DEPLOY
+from tests.support.runners import free_port
 
 
 def _load_probe() -> ModuleType:
@@ -73,10 +73,7 @@ def test_error_status_fails(api_port: str) -> None:
 
 
 def test_nothing_listening_fails() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    assert probe.probe("/health", port=port, keys="", timeout_s=2) == 1
+    assert probe.probe("/health", port=str(free_port()), keys="", timeout_s=2) == 1
 
 
 def test_main_reads_port_and_keys_from_env(api_port: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+import random
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 GATE_VLLM_STARTS = 6
 """vLLM servers a gate session may start (a supervisor's restart after a test's kill not counted): the three
@@ -69,10 +72,47 @@ def counted_start(n: int = 1) -> None:
         "runners (runners, vl_runner, spare_minilm) instead of starting new ones")
 
 
+FIRST_PORT = 20000
+"""The lowest port :func:`free_port` hands out; the highest is the one below the kernel's ephemeral range."""
+_handed_out: set[int] = set()
+
+
+def ephemeral_ports(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> tuple[int, int]:
+    """The kernel's ephemeral port range: where a bind to port 0 and every outgoing connection's source port
+    are taken from (Linux's default where the file cannot be read)."""
+    try:
+        low, high = (int(x) for x in path.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port that is free now and that the kernel will not hand to anyone meanwhile: one below the
+    ephemeral range, never the same twice in a session.
+
+    A port picked by binding port 0 is an ephemeral port, and the kernel may give it to any outgoing connection
+    once the probe's socket is closed. A server that binds it a minute later (the README demo's API, after its
+    vLLM runner has started and made its connections) then finds it taken: a CI run under stress-ng failed on
+    exactly that ("address already in use"). Ports below the range are only ever taken by an explicit bind."""
+    low, _ = ephemeral_ports()
+    last = low - 1
+    if last - FIRST_PORT < 1000:  # an unusual range, almost nothing below it: the kernel's own pick, as before
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    start = random.randrange(FIRST_PORT, last + 1)
+    for port in itertools.chain(range(start, last + 1), range(FIRST_PORT, start)):
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port between {FIRST_PORT} and {last}")
 
 
 @dataclass(frozen=True)
