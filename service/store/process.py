@@ -34,7 +34,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -96,9 +96,18 @@ def _send_all(sock: socket.socket, data: bytes) -> None:
 
 class _Sender:
     """Writes framed messages (``multiprocessing.connection``'s framing, which ``Connection.recv`` reads) to one
-    socket, whole and one at a time, from the loop where that cannot block and from a thread otherwise."""
+    socket, whole and in the order they were sent.
 
-    def __init__(self, conn: Connection) -> None:
+    Small messages sent in one turn of the event loop are written together at the end of that turn, in one write
+    from the loop where the socket takes them at once. With many searches in flight, one write and one wake-up
+    of the other process then carry many requests (or replies): that cut ragserve's CPU per search by about a
+    fifth (docs/benchmarks.md, "Stop 32"). Large messages, and whatever the socket would not take at once, are
+    written from a thread.
+
+    A small message's ``send`` returns before it is written; a write that fails later is reported to
+    ``on_error`` (the peer is gone: nothing waiting for a reply on this socket will get one)."""
+
+    def __init__(self, conn: Connection, on_error: Callable[[BaseException], None] | None = None) -> None:
         self._conn = conn
         self._sock = socket.socket(fileno=os.dup(conn.fileno()))
         self._lock = threading.Lock()
@@ -106,38 +115,79 @@ class _Sender:
         self._in_pool = 0
         """Writes handed to the thread and not finished. Only the loop adds to it (under ``_counter``)."""
         self._counter = threading.Lock()
+        self._batch: list[bytes] = []
+        """The small frames sent in this turn of the loop, written by :meth:`_flush` at its end."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._on_error = on_error
 
     async def send(self, message: Any) -> None:
         data = pickle.dumps(message, PROTOCOL)
-        # Inline only while the thread has nothing to write: a write queued there but not yet holding the lock
-        # (its thread slow to wake on a busy machine) would otherwise wait for the lock this write takes, while
-        # the rest of this write, should the socket take only part of it, waits behind it in the thread's queue.
-        if len(data) <= INLINE_BYTES and not self._in_pool and self._lock.acquire(blocking=False):
-            frame = _header(len(data)) + data
+        # Batched only while the thread has nothing to write: a write queued there must go out before this one.
+        if len(data) <= INLINE_BYTES and not self._in_pool:
+            if not self._batch:
+                self._loop = asyncio.get_running_loop()
+                self._loop.call_soon(self._flush)
+            self._batch.append(_header(len(data)) + data)
+            return
+        self._flush()  # what was sent before this message is written before it
+        await self._in_thread(self._send_blocking, data)
+
+    def _flush(self) -> None:
+        """Write this turn's small frames: from the loop, in one write, where the socket takes them all at once;
+        otherwise the rest goes from the thread, which holds the lock until it is written, so that no later write
+        gets between."""
+        if not self._batch:
+            return  # already written: a large message or the close came first
+        frames = self._batch[0] if len(self._batch) == 1 else b"".join(self._batch)
+        self._batch.clear()
+        try:
+            if self._in_pool or not self._lock.acquire(blocking=False):
+                self._report(self._submit(self._send_frames, frames))
+                return
             try:
-                sent = self._sock.send(frame, socket.MSG_DONTWAIT)
+                sent = self._sock.send(frames, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 sent = 0
             except BaseException:
                 self._lock.release()
                 raise
-            if sent == len(frame):
+            if sent == len(frames):
                 self._lock.release()
                 return
-            # The socket took part of it (or nothing): the rest goes from the thread, which releases the lock.
-            await self._in_thread(self._finish, frame[sent:])
-            return
-        await self._in_thread(self._send_blocking, data)
+            self._report(self._submit(self._finish, frames[sent:]))
+        except (OSError, ValueError, RuntimeError) as exc:  # the socket closed, or the thread's pool shut down
+            self._failed(exc)
 
-    async def _in_thread(self, write: Callable[[bytes], None], data: bytes) -> None:
+    def _report(self, future: Future[None]) -> None:
+        """Hand a batch's write in the thread to :meth:`_failed` should it fail (on the loop's thread)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+
+        def done(f: Future[None]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is waiting
+                    loop.call_soon_threadsafe(self._failed, exc)
+
+        future.add_done_callback(done)
+
+    def _failed(self, exc: BaseException) -> None:
+        if self._on_error is not None:
+            self._on_error(exc)
+
+    def _submit(self, write: Callable[[bytes], None], data: bytes) -> Future[None]:
         with self._counter:
             self._in_pool += 1
         try:
-            future = self._pool.submit(self._counted, write, data)
+            return self._pool.submit(self._counted, write, data)
         except BaseException:
             with self._counter:
                 self._in_pool -= 1
             raise
+
+    async def _in_thread(self, write: Callable[[bytes], None], data: bytes) -> None:
+        future = self._submit(write, data)
         # Shielded: a cancelled caller must not cancel a write before it ran (a frame's rest never written, the
         # lock never released); the write goes out whole, and the reply finds no one waiting for it.
         await asyncio.shield(asyncio.wrap_future(future))
@@ -160,7 +210,14 @@ class _Sender:
             _send_all(self._sock, _header(len(data)))
             _send_all(self._sock, data)
 
+    def _send_frames(self, frames: bytes) -> None:
+        with self._lock:
+            _send_all(self._sock, frames)
+
     def close(self, *, wait: bool) -> None:
+        """Write what was sent in this turn, then close; a write failing now is nobody's to hear of."""
+        self._on_error = None
+        self._flush()
         self._pool.shutdown(wait=wait)
         self._sock.close()
 
@@ -288,7 +345,7 @@ class ProcessStore(VectorStore):
         self._ids = itertools.count()
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._loop = asyncio.get_running_loop()
-        self._sender = _Sender(conn)
+        self._sender = _Sender(conn, self._unreachable)
         self._describe: dict[str, CollectionInfo] = {}
         self._closed = False
         self._broken = False
@@ -337,11 +394,19 @@ class ProcessStore(VectorStore):
             future.set_exception(_rebuild(value))
 
     def _lost(self) -> None:
+        self._fail_pending("the embedded store's process ended")
+
+    def _unreachable(self, exc: BaseException) -> None:
+        """A batched write failed after its ``send`` had returned: the calls waiting on this connection fail
+        now, as a call whose own write fails does, rather than when the receiver sees the end of the pipe."""
+        self._fail_pending(f"the embedded store's process cannot be reached: {exc}")
+
+    def _fail_pending(self, message: str) -> None:
         self._broken = True
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():
-                future.set_exception(StoreError("the embedded store's process ended"))
+                future.set_exception(StoreError(message))
 
     async def _run(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self._closed and method != "aclose":
@@ -373,7 +438,7 @@ class ProcessStore(VectorStore):
             self._sender.close(wait=False)
             self._conn.close()
             self._conn = conn
-            self._sender = _Sender(conn)
+            self._sender = _Sender(conn, self._unreachable)
             self._receiver = _Receiver(conn, self._on_reply, self._lost)
             self._describe.clear()
             self._broken = False

@@ -1,10 +1,12 @@
-"""The store process's pipe: small messages are written from the event loop, large ones (or what the socket
-would not take at once) from a thread, and every message arrives whole, however they interleave."""
+"""The store process's pipe: small messages are written from the event loop, those of one turn in one write,
+large ones (or what the socket would not take at once) from a thread, and every message arrives whole and in
+order, however they interleave."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import socket
 import struct
 import threading
@@ -49,6 +51,7 @@ async def test_a_small_message_does_not_hop_to_the_thread() -> None:
     sender._pool.submit = counting  # type: ignore[method-assign]
     for i in range(50):
         await sender.send((i, "query", (), {}))
+        await asyncio.sleep(0)  # a turn of the loop: the frame is written at its end
     assert [receiver.recv() for _ in range(50)] == [(i, "query", (), {}) for i in range(50)]
     assert hops == 0
     await sender.send((50, b"x" * (process.INLINE_BYTES + 1)))
@@ -214,3 +217,90 @@ async def test_a_small_write_never_overtakes_one_queued_for_the_thread() -> None
     assert received.result() == [large, small]
     sender.close(wait=True)
     receiver.close()
+
+
+def _frame(message: object) -> bytes:
+    data = pickle.dumps(message, process.PROTOCOL)
+    return struct.pack("!i", len(data)) + data
+
+
+def _pending_bytes(sock: socket.socket) -> bytes:
+    """What the peer has written so far, without waiting for more."""
+    try:
+        return sock.recv(1 << 20, socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return b""
+
+
+async def test_the_small_messages_of_one_turn_go_out_together_at_its_end() -> None:
+    """Nothing is written while the turn runs; at its end, the three frames in the order sent, in one write
+    (the socket is watched through ``send``: one call carries all three)."""
+    ours, theirs = socket.socketpair()
+    sender = _Sender(Connection(ours.detach()))
+    writes: list[bytes] = []
+    real = sender._sock
+
+    class Watched:
+        def send(self, data: bytes, flags: int = 0) -> int:
+            writes.append(bytes(data))
+            return real.send(data, flags)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+    sender._sock = Watched()  # type: ignore[assignment]
+    messages = [(0, "query_rows", ("kb",), {"limit": 10}), (1, "ping", (), {}), (2, "describe", ("kb",), {})]
+    for m in messages:
+        await sender.send(m)
+    assert _pending_bytes(theirs) == b"" and writes == []
+    await asyncio.sleep(0)
+    expected = b"".join(_frame(m) for m in messages)
+    assert writes == [expected]
+    assert _pending_bytes(theirs) == expected
+    sender.close(wait=True)
+    real.close()
+    theirs.close()
+
+
+async def test_a_large_message_goes_out_after_the_small_ones_sent_before_it() -> None:
+    ours, theirs = socket.socketpair()
+    sender, receiver = _Sender(Connection(ours.detach())), Connection(theirs.detach())
+    small, large, after = (0, b"s"), (1, b"L" * (process.INLINE_BYTES + 1)), (2, b"t")
+    await sender.send(small)
+    await sender.send(large)  # written from the thread, once the small one is out
+    await sender.send(after)
+    got = await asyncio.to_thread(lambda: [receiver.recv() for _ in range(3)])
+    assert got == [small, large, after]
+    sender.close(wait=True)
+    receiver.close()
+
+
+async def test_closing_writes_what_this_turn_sent() -> None:
+    ours, theirs = socket.socketpair()
+    sender, receiver = _Sender(Connection(ours.detach())), Connection(theirs.detach())
+    await sender.send((7, True, None))  # the last reply, as the child sends it before it closes
+    sender.close(wait=True)
+    sender._conn.close()
+    assert receiver.recv() == (7, True, None)
+    with pytest.raises(EOFError):
+        receiver.recv()
+    receiver.close()
+
+
+async def test_a_batched_write_that_fails_is_reported() -> None:
+    """The peer is gone: the write at the end of the turn fails, after ``send`` returned, and ``on_error``
+    hears of it (a :class:`ProcessStore` then fails the calls that wait for replies)."""
+    ours, theirs = socket.socketpair()
+    errors: list[BaseException] = []
+    reported = asyncio.Event()
+
+    def on_error(exc: BaseException) -> None:
+        errors.append(exc)
+        reported.set()
+
+    sender = _Sender(Connection(ours.detach()), on_error)
+    theirs.close()
+    await sender.send((0, "ping", (), {}))
+    await asyncio.wait_for(reported.wait(), 60)
+    assert len(errors) == 1 and isinstance(errors[0], BrokenPipeError)
+    sender.close(wait=True)
