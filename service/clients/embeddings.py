@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from service.clients.errors import UpstreamError
+from service.clients.errors import UpstreamError, UpstreamRejected
 from service.clients.lanes import Lane
 from service.clients.runner import RunnerClient
 from service.errors import InvalidInput
@@ -53,14 +53,69 @@ class EmbeddingClient:
         self._query_task = query_task
         self._batch_size = batch_size
         self._batch_timeout_s = batch_timeout_s
+        self._waiting: dict[int, list[tuple[str, asyncio.Future[list[float]]]]] = {}
+        """Queries of this turn of the loop, by output size, sent at its end (:meth:`_send_queries`)."""
+        self._sending: set[asyncio.Task[None]] = set()
 
     async def embed_query(
         self, query: str, *, task: str | None = None, dimensions: int | None = None
     ) -> list[float]:
+        """The query's vector. Queries asked for in one turn of the event loop (many searches in flight) travel
+        to the runner together, one request per output size, each answered its own vector
+        (:meth:`_send_queries`); one alone is sent at the end of its turn, as it came."""
         text = self.model.format_query(query, task or self._query_task)
-        (vector,) = await self._embed_batch([text], timeout_s=None, dimensions=dimensions, lane="query",
-                                            wait_while_down=False)
-        return vector
+        dims = dimensions or self.dimensions
+        future: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
+        waiting = self._waiting.get(dims)
+        if waiting is None:
+            waiting = self._waiting[dims] = []
+            asyncio.get_running_loop().call_soon(self._send_queries, dims)
+        waiting.append((text, future))
+        return await future
+
+    def _send_queries(self, dims: int) -> None:
+        """Send the queries of the turn that just ended, up to ``batch_size`` per request. A request whose
+        callers were all cancelled is cancelled; one caller cancelled leaves the others' answers alone."""
+        waiting = [(text, f) for text, f in self._waiting.pop(dims) if not f.done()]
+        for start in range(0, len(waiting), self._batch_size):
+            part = waiting[start:start + self._batch_size]
+            task = asyncio.get_running_loop().create_task(self._answer_queries(part, dims))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+            left = [len(part)]
+
+            def abandoned(f: asyncio.Future[list[float]], task: asyncio.Task[None] = task,
+                          left: list[int] = left) -> None:
+                if f.cancelled():
+                    left[0] -= 1
+                    if not left[0]:
+                        task.cancel()
+
+            for _, f in part:
+                f.add_done_callback(abandoned)
+
+    async def _answer_queries(self, waiting: list[tuple[str, asyncio.Future[list[float]]]], dims: int) -> None:
+        try:
+            vectors = await self._embed_batch([text for text, _ in waiting], timeout_s=None, dimensions=dims,
+                                              lane="query", wait_while_down=False)
+        except UpstreamRejected as exc:
+            if len(waiting) == 1:
+                _fail(waiting, exc)
+                return
+            # The runner refused the request for one input or another: each query alone, so that only a query
+            # that is refused on its own fails.
+            await asyncio.gather(*(self._answer_queries([w], dims) for w in waiting))
+            return
+        except asyncio.CancelledError:
+            for _, f in waiting:
+                f.cancel()
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every caller hears what its request met
+            _fail(waiting, exc)
+            return
+        for (_, f), vector in zip(waiting, vectors, strict=True):
+            if not f.done():
+                f.set_result(vector)
 
     async def embed_documents(
         self, texts: Sequence[str], *, dimensions: int | None = None, lane: Lane = "bulk",
@@ -139,6 +194,12 @@ class EmbeddingClient:
                 f"{len(vectors)} of {len(vectors[0]) if vectors else 0}",
             )
         return vectors
+
+
+def _fail(waiting: list[tuple[str, asyncio.Future[list[float]]]], exc: BaseException) -> None:
+    for _, f in waiting:
+        if not f.done():
+            f.set_exception(exc)
 
 
 def _decode(data: list[dict[str, Any]]) -> list[list[float]]:

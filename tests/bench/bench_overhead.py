@@ -86,20 +86,23 @@ API_ALONE = "POST /v1/search, embed and store stubbed"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _embedding_body() -> bytes:
+def _embedding_body(inputs: int) -> bytes:
     v = np.random.default_rng(0).standard_normal(DIMS).astype("<f4")
     v /= np.linalg.norm(v)
+    item = base64.b64encode(v.tobytes()).decode()
     return json.dumps({"object": "list", "model": "Qwen/Qwen3-Embedding-0.6B",
-                       "data": [{"object": "embedding", "index": 0,
-                                 "embedding": base64.b64encode(v.tobytes()).decode()}],
-                       "usage": {"prompt_tokens": 8, "total_tokens": 8}}).encode()
+                       "data": [{"object": "embedding", "index": i, "embedding": item} for i in range(inputs)],
+                       "usage": {"prompt_tokens": 8 * inputs, "total_tokens": 8 * inputs}}).encode()
 
 
-BODY = _embedding_body()
+BODIES = [b""] + [_embedding_body(n) for n in range(1, 65)]
+"""The runner's answers, built beforehand for 1 to 64 inputs (each the same vector): answering costs the API
+process (where the mock runs) only the request's parse."""
 
 
 def _runner(request: httpx.Request) -> httpx.Response:
-    return httpx.Response(200, content=BODY, headers={"content-type": "application/json"})
+    inputs = len(json.loads(request.content)["input"])
+    return httpx.Response(200, content=BODIES[inputs], headers={"content-type": "application/json"})
 
 
 def process_cpu_s(pid: int) -> tuple[float, float]:

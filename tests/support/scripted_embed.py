@@ -62,6 +62,8 @@ class Arrival:
     """Set by the test to let a held request be answered."""
     outcome: str = "pending"
     """``pending``, then ``answered`` or ``cancelled`` (the caller gave up on it: its deadline, a disconnect)."""
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when :attr:`outcome` is no longer ``pending``."""
 
 
 Script = Callable[[Arrival], httpx.Response | None]
@@ -131,8 +133,10 @@ class ScriptedEmbedder:
             scripted = self.script(arrival)
         except asyncio.CancelledError:
             arrival.outcome = "cancelled"
+            arrival.settled.set()
             raise
         arrival.outcome = "answered"
+        arrival.settled.set()
         return scripted if scripted is not None else self._vectors(arrival)
 
     def _vectors(self, arrival: Arrival) -> httpx.Response:

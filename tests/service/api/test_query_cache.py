@@ -23,7 +23,14 @@ import numpy as np
 from service.auth.keys import ApiKeyEntry, sha256_hex
 from service.config import Settings
 from tests.support.app import app_client
-from tests.support.scripted_embed import MINILM_DIMS, Arrival, ScriptedEmbedder, scripted_settings, vector
+from tests.support.scripted_embed import (
+    LIVENESS_S,
+    MINILM_DIMS,
+    Arrival,
+    ScriptedEmbedder,
+    scripted_settings,
+    vector,
+)
 from tests.support.scripted_runner import ScriptedRunner
 from tests.support.scripted_runner import scripted_settings as chat_settings
 
@@ -187,6 +194,9 @@ async def test_a_cancelled_search_fills_nothing(tmp_path: Path) -> None:
         task.cancel()
         with suppress(asyncio.CancelledError):
             await task
+        # The runner's request is shared by the queries of one turn: it is cancelled once its last caller is,
+        # a turn or two after that caller's task ended.
+        await asyncio.wait_for(held.settled.wait(), LIVENESS_S)
         assert held.outcome == "cancelled"
         assert client.services.search.query_cache.keys() == []  # type: ignore[attr-defined]
 
@@ -202,7 +212,11 @@ async def test_two_identical_concurrent_misses_both_embed_and_the_first_fill_sta
     async with _app(tmp_path, runner) as client:
         assert (await client.post("/v1/collections", json={"name": "kb"})).status_code == 201
         dense = _spy_dense(client.services.store)  # type: ignore[attr-defined]
-        searches = {asyncio.create_task(_search(client)), asyncio.create_task(_search(client))}
+        # The second search starts once the first one's request is at the runner (queries of one loop turn would
+        # share one request).
+        searches = {asyncio.create_task(_search(client))}
+        await runner.reached(1)
+        searches.add(asyncio.create_task(_search(client)))
         arrivals = await runner.reached(2)  # no single-flight: both misses reached the runner
         arrivals[0].release.set()  # the first request is answered (with `first`); the second is still held
         done, held = await asyncio.wait(searches, return_when=asyncio.FIRST_COMPLETED)

@@ -1,7 +1,9 @@
-"""The embedding client asks for base64 float32 and decodes the runner's exact bytes."""
+"""The embedding client asks for base64 float32 and decodes the runner's exact bytes; the queries of one turn
+of the event loop travel together."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
@@ -10,7 +12,7 @@ import numpy as np
 import pytest
 
 from service.clients.embeddings import EmbeddingClient
-from service.clients.errors import UpstreamError
+from service.clients.errors import UpstreamError, UpstreamRejected
 from service.clients.runner import RunnerClient
 from service.profiles import MINILM
 
@@ -40,3 +42,101 @@ async def test_a_malformed_vector_is_an_upstream_error() -> None:
 
     with pytest.raises(UpstreamError, match="unexpected shape"):
         await client(handler).embed_batch(["a"])
+
+
+def _vector(text: str, dims: int) -> np.ndarray:
+    """A vector that says which input it answers (its seed is the text)."""
+    return np.random.default_rng(list(text.encode())).normal(size=dims).astype("<f4")
+
+
+def _answering(sent: list[dict]):  # type: ignore[no-untyped-def,type-arg]
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        sent.append(body)
+        dims = body.get("dimensions", 384)
+        data = [{"index": i, "embedding": base64.b64encode(_vector(t, dims).tobytes()).decode()}
+                for i, t in enumerate(body["input"])]
+        return httpx.Response(200, json={"data": data})
+    return handler
+
+
+def _bytes(vector: list[float]) -> bytes:
+    return np.array(vector, dtype="<f4").tobytes()
+
+
+async def test_the_queries_of_one_turn_travel_in_one_request_each_answered_its_own_vector() -> None:
+    sent: list[dict] = []  # type: ignore[type-arg]
+    embedder = client(_answering(sent))
+    texts = [f"query {i}" for i in range(5)]
+    got = await asyncio.gather(*(embedder.embed_query(t) for t in texts))
+    assert [body["input"] for body in sent] == [texts]  # MiniLM: a query is sent as it is
+    assert [_bytes(v) for v in got] == [_vector(t, 384).tobytes() for t in texts]
+    alone = await embedder.embed_query("alone")  # one query: a request of its own, as it came
+    assert sent[-1]["input"] == ["alone"] and _bytes(alone) == _vector("alone", 384).tobytes()
+
+
+async def test_each_output_size_and_each_batch_size_is_a_request_of_its_own() -> None:
+    sent: list[dict] = []  # type: ignore[type-arg]
+    runner = RunnerClient("embedding", "http://runner", timeout_s=5, transport=httpx.MockTransport(_answering(sent)))
+    embedder = EmbeddingClient(runner, MINILM.embedding, batch_size=2)
+    calls = [("a", None), ("b", 128), ("c", None), ("d", None), ("e", 128)]
+    got = await asyncio.gather(*(embedder.embed_query(t, dimensions=d) for t, d in calls))
+    assert sorted((b["input"], b.get("dimensions")) for b in sent) == [
+        (["a", "c"], None), (["b", "e"], 128), (["d"], None)]
+    assert [_bytes(v) for v in got] == [_vector(t, d or 384).tobytes() for t, d in calls]
+
+
+async def test_a_query_the_runner_refuses_fails_alone() -> None:
+    """The runner refuses a request for one of its inputs: each query is sent again alone, and only the one
+    refused on its own fails (422, the runner's reason)."""
+    sent: list[list[str]] = []
+    answer = _answering([])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        inputs = json.loads(request.content)["input"]
+        sent.append(inputs)
+        if "bad" in inputs:
+            return httpx.Response(400, json={"message": "bad input"})
+        return answer(request)
+
+    embedder = client(handler)
+    got = await asyncio.gather(*(embedder.embed_query(t) for t in ("one", "bad", "two")), return_exceptions=True)
+    assert sent[0] == ["one", "bad", "two"] and sorted(sent[1:]) == [["bad"], ["one"], ["two"]]
+    assert _bytes(got[0]) == _vector("one", 384).tobytes() and _bytes(got[2]) == _vector("two", 384).tobytes()
+    assert isinstance(got[1], UpstreamRejected)
+    assert str(got[1]) == "embedding runner: runner refused the input (400): bad input"
+
+
+async def test_a_cancelled_query_leaves_the_others_answered_and_all_cancelled_cancel_the_request() -> None:
+    arrived, release, cancelled = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    outcomes: list[str] = []
+    answer = _answering([])
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        arrived.set()
+        try:
+            await release.wait()
+        except asyncio.CancelledError:
+            outcomes.append("cancelled")
+            cancelled.set()
+            raise
+        outcomes.append("answered")
+        return answer(request)
+
+    embedder = client(handler)
+    calls = [asyncio.create_task(embedder.embed_query(t)) for t in ("x", "y")]
+    await arrived.wait()
+    calls[0].cancel()
+    release.set()
+    assert _bytes(await calls[1]) == _vector("y", 384).tobytes()
+    assert calls[0].cancelled() and outcomes == ["answered"]
+
+    arrived.clear()
+    release.clear()
+    calls = [asyncio.create_task(embedder.embed_query(t)) for t in ("x", "y")]
+    await arrived.wait()
+    for call in calls:
+        call.cancel()
+    await asyncio.gather(*calls, return_exceptions=True)
+    await asyncio.wait_for(cancelled.wait(), 60)  # the request's task hears of it on its next turn
+    assert outcomes == ["answered", "cancelled"]
