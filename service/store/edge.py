@@ -261,17 +261,31 @@ class EdgeStore(VectorStore):
         GIL for the whole call, so a pool thread ran nothing in parallel there and only added two thread
         hand-offs to every call (and a timeout could only fire after the call had finished anyway). The others
         call it in the pool, bounded, within one deadline (slot wait included)."""
+        if self._inline:
+            return self._call(name, fn)
         try:
-            return fn() if self._inline else await self._in_pool(fn)
+            return await self._in_pool(fn)
         except (StoreError, CollectionNotFound):
             raise
         except Exception as exc:  # the binding raises plain Exception with the engine's message
-            if name is not None and (name not in self._collections or self._collections[name].closed):
-                raise CollectionNotFound(name) from exc
-            reason = _reason(exc)
-            if reason == NO_SPACE:
-                raise StoreFull(f"the embedded store cannot write: {reason}") from exc
-            raise StoreError(f"the embedded store failed: {reason}") from exc
+            raise self._translated(name, exc) from exc
+
+    def _call(self, name: str | None, fn: Callable[[], T]) -> T:
+        """One engine call on this thread, its errors translated as :meth:`_run` translates them."""
+        try:
+            return fn()
+        except (StoreError, CollectionNotFound):
+            raise
+        except Exception as exc:  # the binding raises plain Exception with the engine's message
+            raise self._translated(name, exc) from exc
+
+    def _translated(self, name: str | None, exc: Exception) -> Exception:
+        if name is not None and (name not in self._collections or self._collections[name].closed):
+            return CollectionNotFound(name)
+        reason = _reason(exc)
+        if reason == NO_SPACE:
+            return StoreFull(f"the embedded store cannot write: {reason}")
+        return StoreError(f"the embedded store failed: {reason}")
 
     async def _in_pool(self, fn: Callable[[], T]) -> T:
         deadline = Deadline(self._timeout_s)
@@ -378,13 +392,36 @@ class EdgeStore(VectorStore):
         idf_corpus: Filter | None = None,
     ) -> list[HitRow]:
         """:meth:`query`'s hits as plain rows: what the store's process sends (:mod:`service.store.process`)."""
+        coll, request = self._query_request(name, dense, sparse, limit, query_filter, fusion, idf_corpus)
+        points = await self._run(name, lambda: coll.shard.query(request))
+        return [hit_row(p.id, p.score, p.payload) for p in points]
+
+    def query_rows_now(
+        self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
+        limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
+        idf_corpus: Filter | None = None,
+    ) -> list[HitRow]:
+        """:meth:`query_rows` on this thread, for an ``inline`` store (the store's own process): a search there
+        waits for nothing, so its process answers it where the request is read, with no task of its own."""
+        if not self._inline:
+            raise RuntimeError("query_rows_now is for a store that calls its engine inline")
+        coll, request = self._query_request(name, dense, sparse, limit, query_filter, fusion, idf_corpus)
+        points = self._call(name, lambda: coll.shard.query(request))
+        return [hit_row(p.id, p.score, p.payload) for p in points]
+
+    def _query_request(self, name: str, dense: Sequence[float] | None, sparse: SparseVector | None, limit: int,
+                       query_filter: Filter | None, fusion: Fusion | None,
+                       idf_corpus: Filter | None) -> tuple[_Collection, qe.QueryRequest]:
         coll = self._get(name)
         flt = to_edge(query_filter) if query_filter is not None else None
         sparse_params = self._sparse_params if idf_corpus is None else _idf_params(idf_corpus)
         dense_params = self._int8_params if coll.info.quantization == INT8 else self._params
-        request = self._request(dense, sparse, limit, flt, fusion, dense_params, sparse_params)
-        points = await self._run(name, lambda: coll.shard.query(request))
-        return [hit_row(p.id, p.score, p.payload) for p in points]
+        return coll, self._request(dense, sparse, limit, flt, fusion, dense_params, sparse_params)
+
+    @property
+    def inline(self) -> bool:
+        """Whether engine calls run on the calling thread (see :meth:`_run`)."""
+        return self._inline
 
     async def ensure_tenant_index(self, name: str, field: str) -> None:
         coll = self._get(name)

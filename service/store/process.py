@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -121,15 +121,26 @@ class _Sender:
         self._on_error = on_error
 
     async def send(self, message: Any) -> None:
+        data = self.batched(message)
+        if data is not None:
+            await self.send_pickled(data)
+
+    def batched(self, message: Any) -> bytes | None:
+        """Queue ``message`` for the end of this turn and return None, where it is small and the thread has
+        nothing to write (a write queued there must go out before it); otherwise its pickle, for
+        :meth:`send_pickled`."""
         data = pickle.dumps(message, PROTOCOL)
-        # Batched only while the thread has nothing to write: a write queued there must go out before this one.
-        if len(data) <= INLINE_BYTES and not self._in_pool:
-            if not self._batch:
-                self._loop = asyncio.get_running_loop()
-                self._loop.call_soon(self._flush)
-            self._batch.append(_header(len(data)) + data)
-            return
-        self._flush()  # what was sent before this message is written before it
+        if len(data) > INLINE_BYTES or self._in_pool:
+            return data
+        if not self._batch:
+            self._loop = asyncio.get_running_loop()
+            self._loop.call_soon(self._flush)
+        self._batch.append(_header(len(data)) + data)
+        return None
+
+    async def send_pickled(self, data: bytes) -> None:
+        """Write a pickled message from the thread, after what was sent before it."""
+        self._flush()
         await self._in_thread(self._send_blocking, data)
 
     def _flush(self) -> None:
@@ -752,21 +763,47 @@ async def serve_connection(store: VectorStore, conn: Connection, *, shared: bool
         if method == "aclose":
             ended.set_result(message)
             return
-        task = loop.create_task(handle(rid, method, args, kw))
+        if method == "query_rows" and query_now is not None:
+            # A search waits for nothing here: answered at once, its reply written at the end of this turn with
+            # the others', and no task of its own (unless its reply is large: then a task writes it).
+            rest = sender.batched(answer_now(rid, args, kw))
+            if rest is None:
+                return
+            coro: Coroutine[Any, Any, None] = send_pickled(rest)
+        else:
+            coro = handle(rid, method, args, kw)
+        task = loop.create_task(coro)
         tasks.add(task)
         task.add_done_callback(tasks.discard)
+
+    def answer_now(rid: int, args: tuple[Any, ...], kw: dict[str, Any]) -> tuple[int, bool, Any]:
+        assert query_now is not None
+        try:
+            if isinstance(kw.get("dense"), bytes):
+                kw["dense"] = _floats(kw["dense"])
+            return rid, True, query_now(*args, **kw)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
+            return rid, False, _describe_exception(exc)
 
     def hang_up() -> None:
         if not ended.done():
             ended.set_result(None)
 
     sender = _Sender(conn)
+    # An inline EdgeStore (the child's, the owner's) answers a search without waiting: see ``dispatch``.
+    query_now = getattr(store, "query_rows_now", None) if getattr(store, "inline", False) else None
 
     async def send(reply: tuple[int, bool, Any]) -> None:
         try:
             await sender.send(reply)
         except (OSError, ValueError):
             pass  # the peer is gone: our reader sees EOF and we close
+
+    async def send_pickled(data: bytes) -> None:
+        try:
+            await sender.send_pickled(data)
+        except (OSError, ValueError):
+            pass
 
     cursors: dict[int, AsyncIterator[Any]] = {}
     ids = itertools.count()

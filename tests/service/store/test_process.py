@@ -8,18 +8,29 @@ import asyncio
 import gc
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from service.store.edge import EdgeStore
-from service.store.process import ProcessStore
+from service.store.errors import CollectionNotFound
+from service.store.process import (
+    ProcessStore,
+    _describe_exception,
+    _f32,
+    _rebuild,
+    _Receiver,
+    _Sender,
+    serve_connection,
+)
 from service.store.types import Chunk
 from tests.support.heartbeat import Heartbeat
 from tests.support.tiers import patient
@@ -123,3 +134,63 @@ async def test_the_loop_keeps_its_beat_while_the_child_writes_and_flushes(tmp_pa
                      slack=10)
     assert len(heart.beats) > 50
     assert heart.stalls()[-1][0] < 0.1, heart.worst()
+
+
+async def test_a_search_is_answered_where_its_request_is_read_with_the_hits_of_the_async_path(tmp_path: Path) -> None:
+    """The store process answers ``query_rows`` in the receiver's callback (an inline store waits for nothing):
+    no task per search, the rows the async path gives, and a failure rebuilt on the caller's side as it was
+    raised there."""
+    store = await EdgeStore.open(tmp_path, inline=True)
+    await store.create_collection("kb", dimensions=8, model="m")
+    rng = np.random.default_rng(3)
+    chunks = [Chunk(f"d{i}", 0, f"text {i}", {"n": i}, content_hash="h", chunk_count=1, source="s")
+              for i in range(20)]
+    await store.upsert("kb", chunks, rng.normal(size=(20, 8)).astype(np.float32).tolist())
+    vector = rng.normal(size=8).astype(np.float32).tolist()
+    expected = await store.query_rows("kb", dense=np.frombuffer(_f32(vector), "<f4").tolist(), limit=5)
+    try:
+        missing = await store.query_rows("nope", dense=vector, limit=5)
+    except CollectionNotFound as exc:
+        missing_error = _describe_exception(exc)
+    else:
+        raise AssertionError(f"a search of a missing collection answered {missing}")
+
+    ours, theirs = socket.socketpair()
+    loop = asyncio.get_running_loop()
+    tasks: list[object] = []
+    real = loop.create_task
+
+    def counting(coro, **kwargs):  # type: ignore[no-untyped-def]
+        tasks.append(coro.__qualname__)
+        return real(coro, **kwargs)
+
+    serving = asyncio.create_task(serve_connection(store, Connection(theirs.detach()), shared=True))
+    await asyncio.sleep(0)  # the server's receiver is reading
+    replies: list[tuple[int, bool, object]] = []
+    both = asyncio.Event()
+
+    def on_reply(reply: tuple[int, bool, object]) -> None:
+        replies.append(reply)
+        if len(replies) == 2:
+            both.set()
+
+    conn = Connection(ours.detach())
+    receiver, sender = _Receiver(conn, on_reply, lambda: None), _Sender(conn)
+    loop.create_task = counting  # type: ignore[method-assign]
+    try:
+        await sender.send((1, "query_rows", ("kb",), {"dense": _f32(vector), "limit": 5}))
+        await sender.send((2, "query_rows", ("nope",), {"dense": _f32(vector), "limit": 5}))
+        await asyncio.wait_for(both.wait(), 60)
+    finally:
+        loop.create_task = real  # type: ignore[method-assign]
+    assert [t for t in tasks if str(t).startswith("serve_connection")] == []  # wait_for's own task aside
+    assert sorted(replies, key=lambda r: r[0])[0] == (1, True, expected)
+    rid, ok, error = sorted(replies, key=lambda r: r[0])[1]
+    assert (rid, ok) == (2, False)
+    rebuilt = _rebuild(error)  # type: ignore[arg-type]
+    assert type(rebuilt) is CollectionNotFound and str(rebuilt) == str(_rebuild(missing_error))
+    receiver.close()
+    sender.close(wait=True)
+    conn.close()
+    await asyncio.wait_for(serving, 60)
+    await store.aclose()
