@@ -139,7 +139,8 @@ class UpstreamSettings(BaseModel):
         1.25, ge=1.0, description="Chat requests go to their prompt prefix's replica unless it holds more than this "
         "many times its fair share of the requests in flight (bounded-load consistent hashing); then the next one.",
     )
-    embed_batch_size: int = Field(64, description="Texts per /v1/embeddings request when upserting.")
+    embed_batch_size: int = Field(64, description="Texts per /v1/embeddings request: when upserting, and for the "
+                                  "queries of one event-loop turn, sent together.")
 
 
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
