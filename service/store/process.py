@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -661,8 +662,22 @@ _held_dirs: dict[str, int] = {}
 def _f32(vector: Sequence[float]) -> bytes:
     """A query vector as it crosses the pipe: float32 bytes (the engine searches in float32, so nothing is lost),
     which pickle as one string; a list of 1024 floats pickled and unpickled float by float cost about 50 us of
-    the two processes' CPU per search, the bytes and their conversions about 35."""
+    the two processes' CPU per search, the bytes and their conversions about 35.
+
+    A list is packed by ``struct`` (6.5 us for 1024 floats, against numpy's 17: numpy converts each Python float
+    on its own), the same bytes; a value float32 cannot hold (``struct`` refuses what numpy makes infinite) and
+    arrays go through numpy."""
+    if not isinstance(vector, np.ndarray):
+        try:
+            return _packer(len(vector)).pack(*vector)
+        except (OverflowError, struct.error, TypeError):
+            pass
     return np.asarray(vector, dtype="<f4").tobytes()
+
+
+@functools.lru_cache(maxsize=16)
+def _packer(size: int) -> struct.Struct:
+    return struct.Struct(f"<{size}f")
 
 
 def _floats(data: bytes) -> list[float]:

@@ -194,3 +194,22 @@ async def test_a_search_is_answered_where_its_request_is_read_with_the_hits_of_t
     conn.close()
     await asyncio.wait_for(serving, 60)
     await store.aclose()
+
+
+def test_a_query_vector_crosses_the_pipe_as_numpys_float32_bytes() -> None:
+    """``struct`` packs a list; numpy's bytes are the reference, for ordinary values, the float32 edge cases
+    and values float32 cannot hold (numpy makes them infinite, ``struct`` refuses them: numpy answers)."""
+    rng = np.random.default_rng(11)
+    cases = [
+        rng.normal(size=1024).tolist(),
+        [0.0, -0.0, 1e-45, -1e-45, 1e-40, 3.4028234663852886e38, -3.4028234663852886e38, float("inf"),
+         float("-inf"), 0.1, 1 / 3],
+        [1e39, 1.0, -1e300],
+        [1, 2, 3],
+        rng.normal(size=16).astype(np.float32),
+    ]
+    with np.errstate(over="ignore"):  # numpy warns as it makes 1e39 infinite, in both
+        for vector in cases:
+            assert _f32(vector) == np.asarray(vector, dtype="<f4").tobytes()
+    nan = _f32([float("nan")])
+    assert np.isnan(np.frombuffer(nan, "<f4")[0])
