@@ -223,6 +223,11 @@ def parse_header(obj: dict[str, Any]) -> ExportHeader:
     return header
 
 
+MAX_NORM_SQUARED = 1.002
+"""A stored dense vector is normalised (cosine): its squared length is 1 within float32's rounding, or 0. One
+longer than this is a damaged file (a changed byte can make a value 1e30), refused before it is written."""
+
+
 def decode_point(obj: dict[str, Any], header: ExportHeader, line: int) -> ImportPoint:
     try:
         pid, dense_b64, sparse = obj.pop("id"), obj.pop("dense"), obj.pop("sparse")
@@ -237,6 +242,9 @@ def decode_point(obj: dict[str, Any], header: ExportHeader, line: int) -> Import
             tenant=_optional(obj, "tenant", str),
         )
         dense = _floats(dense_b64, header.dimensions, "dense")
+        wide = dense.astype(np.float64)  # float32 squares of a damaged file's 1e30 would overflow
+        if float(np.dot(wide, wide)) > MAX_NORM_SQUARED:
+            raise ValueError("dense: longer than a unit vector (a stored cosine vector is normalised)")
         vector = None
         if sparse is not None:
             indices = sparse["indices"]
