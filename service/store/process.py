@@ -69,6 +69,11 @@ are written and unpickled in a thread. A search used to cost four thread hops on
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 """Messages are plain pickles (``multiprocessing``'s ``ForkingPickler`` copied its table of reducers for every
 message, for socket and connection objects that never cross this pipe)."""
+BATCH_FRAMES = 8
+"""Small messages written together at most: a turn's ninth goes in a new write. With no bound, a turn of 32
+searches wrote all 32 requests at once, the store's process answered all 32 before it wrote a reply, and the two
+processes took turns instead of working at once: one API process under `wrk` served 1,635 searches/s against
+2,028 with a write per message, and 2,051 with this bound (docs/benchmarks.md, "Stop 32")."""
 READ_BYTES = 64 << 10
 """Bytes read from the socket per readiness callback: a large message arrives over many loop turns."""
 
@@ -99,11 +104,11 @@ class _Sender:
     """Writes framed messages (``multiprocessing.connection``'s framing, which ``Connection.recv`` reads) to one
     socket, whole and in the order they were sent.
 
-    Small messages sent in one turn of the event loop are written together at the end of that turn, in one write
-    from the loop where the socket takes them at once. With many searches in flight, one write and one wake-up
-    of the other process then carry many requests (or replies): that cut ragserve's CPU per search by about a
-    fifth (docs/benchmarks.md, "Stop 32"). Large messages, and whatever the socket would not take at once, are
-    written from a thread.
+    Small messages sent in one turn of the event loop are written together, :data:`BATCH_FRAMES` at a time and
+    the rest at the end of the turn, in one write each from the loop where the socket takes them at once. With
+    many searches in flight, one write and one wake-up of the other process then carry several requests (or
+    replies): that cut ragserve's CPU per search by about a fifth (docs/benchmarks.md, "Stop 32"). Large
+    messages, and whatever the socket would not take at once, are written from a thread.
 
     A small message's ``send`` returns before it is written; a write that fails later is reported to
     ``on_error`` (the peer is gone: nothing waiting for a reply on this socket will get one)."""
@@ -137,6 +142,8 @@ class _Sender:
             self._loop = asyncio.get_running_loop()
             self._loop.call_soon(self._flush)
         self._batch.append(_header(len(data)) + data)
+        if len(self._batch) >= BATCH_FRAMES:
+            self._flush()  # the peer starts on these while this turn goes on
         return None
 
     async def send_pickled(self, data: bytes) -> None:

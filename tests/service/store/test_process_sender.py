@@ -304,3 +304,22 @@ async def test_a_batched_write_that_fails_is_reported() -> None:
     await asyncio.wait_for(reported.wait(), 60)
     assert len(errors) == 1 and isinstance(errors[0], BrokenPipeError)
     sender.close(wait=True)
+
+
+async def test_a_full_batch_goes_out_at_once_and_the_rest_at_the_end_of_the_turn() -> None:
+    """``BATCH_FRAMES`` messages are written as soon as they are there (the peer starts on them while this turn
+    goes on); the next ones wait for the end of the turn."""
+    ours, theirs = socket.socketpair()
+    sender = _Sender(Connection(ours.detach()))
+    messages = [(i, "query_rows", ("kb",), {"limit": 10}) for i in range(process.BATCH_FRAMES + 2)]
+    for m in messages[:process.BATCH_FRAMES]:
+        await sender.send(m)
+    first = b"".join(_frame(m) for m in messages[:process.BATCH_FRAMES])
+    assert _pending_bytes(theirs) == first
+    for m in messages[process.BATCH_FRAMES:]:
+        await sender.send(m)
+    assert _pending_bytes(theirs) == b""
+    await asyncio.sleep(0)
+    assert _pending_bytes(theirs) == b"".join(_frame(m) for m in messages[process.BATCH_FRAMES:])
+    sender.close(wait=True)
+    theirs.close()
