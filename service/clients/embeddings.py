@@ -29,6 +29,9 @@ from service.clients.runner import RunnerClient
 from service.errors import InvalidInput
 from service.profiles import EmbeddingModel
 
+Query = tuple[str, "asyncio.Future[list[float]]"]
+"""A query's text, as the runner gets it, and its caller's future."""
+
 SPECIAL_TOKENS_BOUND = 8
 """More than any tokenizer here adds to a text (BERT's [CLS] and [SEP], Qwen3's end of text)."""
 
@@ -53,7 +56,7 @@ class EmbeddingClient:
         self._query_task = query_task
         self._batch_size = batch_size
         self._batch_timeout_s = batch_timeout_s
-        self._waiting: dict[int, list[tuple[str, asyncio.Future[list[float]]]]] = {}
+        self._waiting: dict[int, tuple[asyncio.AbstractEventLoop, list[Query]]] = {}
         """Queries of this turn of the loop, by output size, sent at its end (:meth:`_send_queries`)."""
         self._sending: set[asyncio.Task[None]] = set()
 
@@ -65,18 +68,21 @@ class EmbeddingClient:
         (:meth:`_send_queries`); one alone is sent at the end of its turn, as it came."""
         text = self.model.format_query(query, task or self._query_task)
         dims = dimensions or self.dimensions
-        future: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
-        waiting = self._waiting.get(dims)
-        if waiting is None:
-            waiting = self._waiting[dims] = []
-            asyncio.get_running_loop().call_soon(self._send_queries, dims)
-        waiting.append((text, future))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[float]] = loop.create_future()
+        turn = self._waiting.get(dims)
+        if turn is None or turn[0] is not loop:  # none yet, or one left by a loop that ended before sending it
+            turn = self._waiting[dims] = (loop, [])
+            loop.call_soon(self._send_queries, dims, turn)
+        turn[1].append((text, future))
         return await future
 
-    def _send_queries(self, dims: int) -> None:
+    def _send_queries(self, dims: int, turn: tuple[asyncio.AbstractEventLoop, list[Query]]) -> None:
         """Send the queries of the turn that just ended, up to ``batch_size`` per request. A request whose
         callers were all cancelled is cancelled; one caller cancelled leaves the others' answers alone."""
-        waiting = [(text, f) for text, f in self._waiting.pop(dims) if not f.done()]
+        if self._waiting.get(dims) is turn:
+            del self._waiting[dims]
+        waiting = [(text, f) for text, f in turn[1] if not f.done()]
         for start in range(0, len(waiting), self._batch_size):
             part = waiting[start:start + self._batch_size]
             task = asyncio.get_running_loop().create_task(self._answer_queries(part, dims))
@@ -94,7 +100,7 @@ class EmbeddingClient:
             for _, f in part:
                 f.add_done_callback(abandoned)
 
-    async def _answer_queries(self, waiting: list[tuple[str, asyncio.Future[list[float]]]], dims: int) -> None:
+    async def _answer_queries(self, waiting: list[Query], dims: int) -> None:
         try:
             vectors = await self._embed_batch([text for text, _ in waiting], timeout_s=None, dimensions=dims,
                                               lane="query", wait_while_down=False)
@@ -196,7 +202,7 @@ class EmbeddingClient:
         return vectors
 
 
-def _fail(waiting: list[tuple[str, asyncio.Future[list[float]]]], exc: BaseException) -> None:
+def _fail(waiting: list[Query], exc: BaseException) -> None:
     for _, f in waiting:
         if not f.done():
             f.set_exception(exc)

@@ -140,3 +140,20 @@ async def test_a_cancelled_query_leaves_the_others_answered_and_all_cancelled_ca
     await asyncio.gather(*calls, return_exceptions=True)
     await asyncio.wait_for(cancelled.wait(), 60)  # the request's task hears of it on its next turn
     assert outcomes == ["answered", "cancelled"]
+
+
+def test_a_query_left_by_an_ended_loop_does_not_hold_up_the_next_loops() -> None:
+    """A loop that ends in the turn a query was asked for never sends it; a query on the next loop is still
+    sent (the client's pending turn belongs to the loop that made it)."""
+    sent: list[dict] = []  # type: ignore[type-arg]
+    embedder = client(_answering(sent))
+
+    async def ask_and_end() -> None:
+        asyncio.ensure_future(embedder.embed_query("left"))  # noqa: RUF006 - left behind on purpose
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(ask_and_end())
+    loop.close()
+    vector = asyncio.run(asyncio.wait_for(embedder.embed_query("next"), 60))
+    assert [body["input"] for body in sent] == [["next"]]
+    assert _bytes(vector) == _vector("next", 384).tobytes()
