@@ -309,7 +309,8 @@ async def test_upload_in_the_jobs_tab_then_search_what_was_indexed(
             # An image search needs a generator, which the minilm profile lacks: the page says so.
             await page.set_input_files("#image", [{"name": "photo.png", "mimeType": "image/png",
                                                    "buffer": raster("PNG", 64, 48)}])
-            assert await page.is_visible("#image-preview")
+            # Visible once the browser has decoded it (an <img> is 0x0 until then): waited for, not checked at once.
+            await page.locator("#image-preview").wait_for(state="visible")
             await page.click("#search-button")
             await page.locator("#error").wait_for()
             assert "generation_not_configured" in await page.text_content("#error")
