@@ -23,6 +23,8 @@ from typing import Any
 from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute
 
+from service.api.dependency_plan import Plan, make_plan, serve
+
 MAX_DEPTH = 64
 """Nesting depth of a request body. Metadata has its own, lower limit (service.documents.payload)."""
 
@@ -93,12 +95,28 @@ class JsonRequest(Request):
 
 
 class JsonRoute(APIRoute):
-    """The route class of every router: JSON bodies are read by :func:`parse_json`."""
+    """The route class of every router: JSON bodies are read by :func:`parse_json`, and a route's
+    dependencies are solved by its plan where it has one (:mod:`service.api.dependency_plan`; ``plan`` None:
+    FastAPI's handler serves every request)."""
+
+    plan: Plan | None = None
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        self.plan = make_plan(self)
 
         async def route_handler(request: Request) -> Response:
-            return await handler(JsonRequest(request.scope, request.receive))
+            json_request = JsonRequest(request.scope, request.receive)
+            plan, overrides = self.plan, self.dependency_overrides_provider
+            if (plan is None or (overrides is not None and overrides.dependency_overrides)
+                    or (self.body_field is not None and not _plain_json(request))):
+                return await handler(json_request)
+            return await serve(self, plan, json_request)
 
         return route_handler
+
+
+def _plain_json(request: Request) -> bool:
+    """Whether the request's content type is exactly ``application/json`` (any other, FastAPI's rules decide)."""
+    content_type = request.headers.get("content-type")
+    return content_type is not None and content_type.lower() == "application/json"
