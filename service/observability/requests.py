@@ -62,10 +62,9 @@ class TracingMiddleware:
             return
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or []}
         method = scope["method"]
-        with tracer.start_as_current_span(
-            method, context=propagate.extract(carrier), kind=trace.SpanKind.SERVER,
-            attributes={"http.request.method": method, "url.path": scope["path"]},
-        ) as span:
+        span = tracer.start_span(method, context=propagate.extract(carrier), kind=trace.SpanKind.SERVER,
+                                 attributes={"http.request.method": method, "url.path": scope["path"]})
+        with trace.use_span(span, end_on_exit=True):  # start_as_current_span's own steps (tracing.stage)
 
             async def send_traced(message: Message) -> None:
                 if message["type"] == "http.response.start":

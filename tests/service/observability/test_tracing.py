@@ -149,3 +149,41 @@ def test_otlp_export_follows_the_setting_or_the_standard_variables(monkeypatch: 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel.internal:4318")
     exporter = otlp_exporter(OtelSettings())
     assert exporter is not None and exporter._endpoint == "http://otel.internal:4318/v1/traces"  # type: ignore[attr-defined]
+
+
+def _recorded(span: ReadableSpan) -> tuple[object, ...]:
+    return (span.name, dict(span.attributes or {}), span.status.status_code, span.status.description,
+            [(e.name, dict(e.attributes or {})) for e in span.events if e.name != "exception"] +
+            [(e.name, e.attributes["exception.type"], e.attributes["exception.message"])  # type: ignore[index]
+             for e in span.events if e.name == "exception"],
+            span.parent.span_id if span.parent else None, span.end_time is not None)
+
+
+def test_a_stage_records_what_start_as_current_span_records(spans: InMemorySpanExporter) -> None:
+    """``stage`` opens its span with ``start_span`` and ``use_span`` (cheaper than ``start_as_current_span``):
+    the same span, parented the same way, ended, with a failure recorded on it as an error and an event."""
+    from opentelemetry import trace
+
+    from service.observability.tracing import stage, tracer
+
+    def run(opened: object) -> list[tuple[object, ...]]:
+        spans.clear()
+        with tracer.start_as_current_span("request") as parent:
+            with pytest.raises(ValueError, match="no runner"):
+                with opened("embed", collection="kb", mode=None) as span:  # type: ignore[operator]
+                    assert trace.get_current_span() is span
+                    raise ValueError("no runner")
+            with opened("store", collection="kb", limit=3):  # type: ignore[operator]
+                pass
+        out = [_recorded(s) for s in spans.get_finished_spans()]
+        assert [s.parent.span_id for s in spans.get_finished_spans()[:2]] == [parent.get_span_context().span_id] * 2
+        return [o[:5] + (o[5] is not None, o[6]) for o in out]
+
+    def reference(name: str, **attributes: object) -> object:
+        return tracer.start_as_current_span(
+            name, attributes={f"ragserve.{k}": v for k, v in attributes.items() if v is not None})
+
+    got = run(stage)
+    assert got == run(reference)
+    assert got[0][:4] == ("embed", {"ragserve.collection": "kb"}, trace.StatusCode.ERROR, "ValueError: no runner")
+    assert got[0][4] == [("exception", "ValueError", "no runner")]
