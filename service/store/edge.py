@@ -263,15 +263,10 @@ class EdgeStore(VectorStore):
         call it in the pool, bounded, within one deadline (slot wait included)."""
         if self._inline:
             return self._call(name, fn)
-        try:
-            return await self._in_pool(fn)
-        except (StoreError, CollectionNotFound):
-            raise
-        except Exception as exc:  # the binding raises plain Exception with the engine's message
-            raise self._translated(name, exc) from exc
+        return await self._in_pool(lambda: self._call(name, fn))
 
     def _call(self, name: str | None, fn: Callable[[], T]) -> T:
-        """One engine call on this thread, its errors translated as :meth:`_run` translates them."""
+        """One engine call on this thread (the loop's, or a pool thread for :meth:`_run`), its errors translated."""
         try:
             return fn()
         except (StoreError, CollectionNotFound):
@@ -392,9 +387,8 @@ class EdgeStore(VectorStore):
         idf_corpus: Filter | None = None,
     ) -> list[HitRow]:
         """:meth:`query`'s hits as plain rows: what the store's process sends (:mod:`service.store.process`)."""
-        coll, request = self._query_request(name, dense, sparse, limit, query_filter, fusion, idf_corpus)
-        points = await self._run(name, lambda: coll.shard.query(request))
-        return [hit_row(p.id, p.score, p.payload) for p in points]
+        search = self._search(name, dense, sparse, limit, query_filter, fusion, idf_corpus)
+        return _rows(await self._run(name, search))
 
     def query_rows_now(
         self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
@@ -405,18 +399,19 @@ class EdgeStore(VectorStore):
         waits for nothing, so its process answers it where the request is read, with no task of its own."""
         if not self._inline:
             raise RuntimeError("query_rows_now is for a store that calls its engine inline")
-        coll, request = self._query_request(name, dense, sparse, limit, query_filter, fusion, idf_corpus)
-        points = self._call(name, lambda: coll.shard.query(request))
-        return [hit_row(p.id, p.score, p.payload) for p in points]
+        search = self._search(name, dense, sparse, limit, query_filter, fusion, idf_corpus)
+        return _rows(self._call(name, search))
 
-    def _query_request(self, name: str, dense: Sequence[float] | None, sparse: SparseVector | None, limit: int,
-                       query_filter: Filter | None, fusion: Fusion | None,
-                       idf_corpus: Filter | None) -> tuple[_Collection, qe.QueryRequest]:
+    def _search(self, name: str, dense: Sequence[float] | None, sparse: SparseVector | None, limit: int,
+                query_filter: Filter | None, fusion: Fusion | None,
+                idf_corpus: Filter | None) -> Callable[[], list[qe.ScoredPoint]]:
+        """The engine call of a query (its request built here, on the caller's thread)."""
         coll = self._get(name)
         flt = to_edge(query_filter) if query_filter is not None else None
         sparse_params = self._sparse_params if idf_corpus is None else _idf_params(idf_corpus)
         dense_params = self._int8_params if coll.info.quantization == INT8 else self._params
-        return coll, self._request(dense, sparse, limit, flt, fusion, dense_params, sparse_params)
+        request = self._request(dense, sparse, limit, flt, fusion, dense_params, sparse_params)
+        return lambda: coll.shard.query(request)
 
     @property
     def inline(self) -> bool:
@@ -594,6 +589,10 @@ def _upsert(shard: qe.EdgeShard, name: str, chunks: Sequence[Chunk], vectors: Se
             vector[SPARSE] = qe.SparseVector(list(s.indices), list(s.values))
         points.append(qe.Point(c.id_in(name), vector, c.payload()))
     shard.update(qe.UpdateOperation.upsert_points(points))
+
+
+def _rows(points: Sequence[qe.ScoredPoint]) -> list[HitRow]:
+    return [hit_row(p.id, p.score, p.payload) for p in points]
 
 
 def _stored(record: Any) -> StoredPoint:
