@@ -39,7 +39,8 @@ def _observe(settings: Settings) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from service.runners.launcher import runner_specs, running
+    from service.runners.launcher import runner_specs
+    from service.runners.supervisor import supervised
     from service.server import ensure_api_key, serve
 
     settings = _settings(args)
@@ -48,8 +49,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if key:
         print(f"Generated API key (development only): {key}", flush=True)
     if args.with_runners:
-        with running(runner_specs(settings), log_dir=settings.data_dir / "logs",
-                     timeout_s=settings.runners.startup_timeout_s, supervise=True):
+        with supervised(runner_specs(settings), log_dir=settings.data_dir / "logs",
+                        timeout_s=settings.runners.startup_timeout_s):
             serve(settings, with_worker=args.with_worker)
     else:
         serve(settings, with_worker=args.with_worker)
@@ -303,7 +304,8 @@ def cmd_store_migrate(args: argparse.Namespace) -> None:
 
 
 def cmd_runners_up(args: argparse.Namespace) -> None:
-    from service.runners.launcher import RunnerConfigError, check_command_lines, runner_specs, running
+    from service.runners.launcher import RunnerConfigError, check_command_lines, runner_specs
+    from service.runners.supervisor import supervised
 
     settings = _settings(args)
     specs = runner_specs(settings)
@@ -319,8 +321,7 @@ def cmd_runners_up(args: argparse.Namespace) -> None:
             print(shlex.join(["env", *env, *s.command()] if env else s.command()))
         return
     print(f"starting {len(specs)} runner(s) for profile '{settings.profile}'...", flush=True)
-    with running(specs, log_dir=settings.data_dir / "logs", timeout_s=settings.runners.startup_timeout_s,
-                 supervise=True) as procs:
+    with supervised(specs, log_dir=settings.data_dir / "logs", timeout_s=settings.runners.startup_timeout_s) as procs:
         for p in procs:
             print(f"  {p.spec.label}: {p.spec.url}  model={p.spec.served_name}  log={p.log_path}", flush=True)
         print("runners healthy (a runner that exits is restarted, with backoff); Ctrl-C stops them.", flush=True)

@@ -21,7 +21,7 @@ import pytest
 from service.config import Settings
 from service.profiles import MINILM, QWEN3
 from service.runners.launcher import RunnerProcess, runner_specs, running
-from service.runners.supervisor import RestartPolicy
+from service.runners.supervisor import RestartPolicy, supervised
 from service.store.owner import StoreOwner
 from service.store.process import ProcessStore
 from tests.support.app import API_KEY
@@ -272,8 +272,7 @@ def spare_minilm(runners: RunnerURLs, runner_logs: Path) -> Iterator[RunnerProce
     spec.name = "spare-minilm"
     policy = RestartPolicy(initial_backoff_s=0.5, startup_timeout_s=600)
     counted_start(1)
-    with running([spec], log_dir=runner_logs, timeout_s=600, check=False, supervise=True,
-                 restart=policy) as (runner,):
+    with supervised([spec], log_dir=runner_logs, timeout_s=600, check=False, restart=policy) as (runner,):
         yield runner
 
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from service.client import Client
 from service.config import Settings
-from service.runners.launcher import runner_specs, running
+from service.runners.launcher import runner_specs
+from service.runners.supervisor import supervised
 from service.server import BackgroundServer, ensure_api_key
 
 SAMPLE_QUERY = "How do plants turn sunlight into energy?"
@@ -35,8 +36,7 @@ def run_demo(settings: Settings, *, collection: str = "sample", query: str = SAM
     key = generated or settings.api_keys[0].get_secret_value()
     specs = runner_specs(settings)
     print(f"starting {len(specs)} vLLM runner(s) for profile '{settings.profile}' (first start: ~1 minute)...")
-    with running(specs, log_dir=Path(settings.data_dir) / "logs", timeout_s=settings.runners.startup_timeout_s,
-                 supervise=True):
+    with supervised(specs, log_dir=Path(settings.data_dir) / "logs", timeout_s=settings.runners.startup_timeout_s):
         for s in specs:
             print(f"  {s.name} runner: {s.url} ({s.served_name})")
         server = BackgroundServer(settings, with_worker=True)

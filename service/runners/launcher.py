@@ -20,7 +20,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import httpx
@@ -31,9 +30,6 @@ from service.profiles import Profile, default_checkpoint, get_profile, resolve_g
 from service.runners.cores import allowed_cpus, plan_cores
 from service.runners.engine_args import EngineArgs, option_name
 from service.runners.vl_site import default_site_dir
-
-if TYPE_CHECKING:
-    from service.runners.supervisor import RestartPolicy
 
 
 class RunnerStartError(RuntimeError):
@@ -431,12 +427,10 @@ def _group_alive(pgid: int) -> bool:
 @contextmanager
 def running(
     specs: Sequence[RunnerSpec], *, log_dir: Path, timeout_s: float = 600.0, sequential: bool | None = None,
-    check: bool = True, supervise: bool = False, restart: RestartPolicy | None = None,
+    check: bool = True,
 ) -> Iterator[list[RunnerProcess]]:
-    """Start the runners, wait for their health, stop them on exit.
-
-    With ``supervise``, a runner that exits meanwhile is restarted with backoff and logged
-    (:mod:`service.runners.supervisor`; ``restart`` tunes it).
+    """Start the runners, wait for their health, stop them on exit (:func:`service.runners.supervisor.supervised`
+    also restarts one that exits meanwhile).
 
     First, unless ``check`` is off, every command line goes through vLLM's own parser
     (:func:`check_command_lines`), so a misspelt engine argument stops everything before anything starts.
@@ -450,7 +444,6 @@ def running(
     if check:
         check_command_lines(specs)
     processes = [RunnerProcess(s, log_dir) for s in specs]
-    supervisor = None
     try:
         deadline = time.monotonic() + timeout_s
         for p in processes:
@@ -459,15 +452,7 @@ def running(
                 p.wait_healthy(deadline)
         for p in processes:
             p.wait_healthy(deadline)
-        if supervise:
-            from service.runners.supervisor import RestartPolicy as Policy
-            from service.runners.supervisor import Supervisor
-
-            supervisor = Supervisor(processes, restart or Policy(startup_timeout_s=timeout_s))
-            supervisor.start()
         yield processes
     finally:
-        if supervisor is not None:
-            supervisor.stop()  # first: nothing is restarted while it is being stopped
         for p in processes:
             p.stop()

@@ -19,10 +19,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
-from service.runners.launcher import RunnerProcess, RunnerStartError
+from service.runners.launcher import RunnerProcess, RunnerSpec, RunnerStartError, running
 
 log = logging.getLogger("ragserve.runners")
 
@@ -35,6 +37,21 @@ class RestartPolicy:
     """A runner up this long has its backoff reset."""
     startup_timeout_s: float = 600.0
     poll_s: float = 0.5
+
+
+@contextmanager
+def supervised(specs: Sequence[RunnerSpec], *, log_dir: Path, timeout_s: float = 600.0,
+               sequential: bool | None = None, check: bool = True,
+               restart: RestartPolicy | None = None) -> Iterator[list[RunnerProcess]]:
+    """:func:`~service.runners.launcher.running`, with a runner that exits meanwhile restarted with backoff and
+    logged (``restart`` tunes it). The supervisor stops first on exit: nothing is restarted while it stops."""
+    with running(specs, log_dir=log_dir, timeout_s=timeout_s, sequential=sequential, check=check) as processes:
+        supervisor = Supervisor(processes, restart or RestartPolicy(startup_timeout_s=timeout_s))
+        supervisor.start()
+        try:
+            yield processes
+        finally:
+            supervisor.stop()
 
 
 class Supervisor:

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -27,7 +28,7 @@ import httpx
 import pytest
 
 from service.runners.launcher import RunnerProcess, RunnerSpec, _group_alive, running
-from service.runners.supervisor import RestartPolicy, Supervisor
+from service.runners.supervisor import RestartPolicy, Supervisor, supervised
 from tests.support.lease_clock import ManualClock
 from tests.support.runners import free_port
 from tests.support.tiers import patient
@@ -110,7 +111,7 @@ class SteppedBackoff:
 
 
 @contextmanager
-def supervised(runner: RunnerProcess, clock: ManualClock) -> Iterator[SteppedBackoff]:
+def stepped(runner: RunnerProcess, clock: ManualClock) -> Iterator[SteppedBackoff]:
     backoff = SteppedBackoff()
     supervisor = Supervisor([runner], POLICY, clock=clock, wait_backoff=backoff)
     supervisor.start()
@@ -147,7 +148,7 @@ def test_a_killed_runner_is_restarted_with_doubling_backoff_and_logged(
     spec, logs = stand_in
     caplog.set_level(logging.WARNING, logger="ragserve.runners")
     clock = ManualClock()  # never advanced: no runner stays up long enough to reset the backoff
-    with running([spec], log_dir=logs, check=False) as (runner,), supervised(runner, clock) as backoff:
+    with running([spec], log_dir=logs, check=False) as (runner,), stepped(runner, clock) as backoff:
         first = runner.process
         assert first is not None and _answering_pid(spec.url) == first.pid
         os.kill(first.pid, signal.SIGKILL)  # the server only: its forked child stays, as vLLM's engine core would
@@ -190,7 +191,7 @@ def test_a_runner_that_stayed_up_stable_s_is_restarted_after_the_first_backoff_a
     spec, logs = stand_in
     caplog.set_level(logging.WARNING, logger="ragserve.runners")
     clock = ManualClock()
-    with running([spec], log_dir=logs, check=False) as (runner,), supervised(runner, clock) as backoff:
+    with running([spec], log_dir=logs, check=False) as (runner,), stepped(runner, clock) as backoff:
         pid = runner.process.pid if runner.process else 0
         steps = [(0.0, 0.4), (POLICY.stable_s - 0.5, 0.8), (POLICY.stable_s, 0.4)]
         for n, (up_for, expected) in enumerate(steps, start=1):
@@ -214,3 +215,19 @@ def test_without_supervision_a_dead_runner_stays_dead(stand_in: tuple[StandInSpe
         assert f"supervise-{spec.label}" not in {t.name for t in threading.enumerate()}
         assert _answering_pid(spec.url) is None and runner.restarts == 0 and runner.process is process
         runner.kill_group()
+
+
+def test_supervised_runs_the_runners_restarts_one_that_exits_and_stops_both_on_exit(
+    stand_in: tuple[StandInSpec, Path],
+) -> None:
+    """``supervised`` (what ``serve --with-runners``, ``runners up`` and the demo start runners with): the
+    launcher's ``running`` with a supervisor around it, stopped before the runners are."""
+    spec, logs = stand_in
+    with supervised([spec], log_dir=logs, check=False, restart=replace(POLICY, initial_backoff_s=0.0)) as (runner,):
+        first = runner.process
+        assert first is not None and _answering_pid(spec.url) == first.pid
+        os.kill(first.pid, signal.SIGKILL)
+        second = _new_pid(spec.url, first.pid)
+        assert runner.restarts == 1
+    assert not _group_alive(second), "leaving supervised() left the restarted runner running"
+    assert f"supervise-{spec.label}" not in {t.name for t in threading.enumerate()}
