@@ -80,12 +80,17 @@ def make_plan(route: APIRoute) -> Plan | None:
 
 
 def _plain_endpoint(route: APIRoute) -> bool:
-    d = route.dependant
-    return (d.is_coroutine_callable and not (d.is_gen_callable or d.is_async_gen_callable)
-            and d.websocket_param_name is None and d.response_param_name is None
-            and d.background_tasks_param_name is None and d.security_scopes_param_name is None
+    return (_plain_call(route.dependant)
             and not isinstance(getattr(route.body_field, "field_info", None), params.Form)
             and isinstance(route.response_class, DefaultPlaceholder))
+
+
+def _plain_call(d: Dependant) -> bool:
+    """A coroutine function (no generator) taking none of the parameters a plan does not pass: the test the
+    endpoint and every dependency meet."""
+    return (d.call is not None and d.is_coroutine_callable and not (d.is_gen_callable or d.is_async_gen_callable)
+            and d.websocket_param_name is None and d.response_param_name is None
+            and d.background_tasks_param_name is None and d.security_scopes_param_name is None)
 
 
 def _flatten(dependencies: Sequence[Dependant], steps: list[Step]) -> list[tuple[str | None, int]] | None:
@@ -94,9 +99,7 @@ def _flatten(dependencies: Sequence[Dependant], steps: list[Step]) -> list[tuple
     out: list[tuple[str | None, int]] = []
     for d in dependencies:
         if (d.path_params or d.query_params or d.header_params or d.cookie_params or d.body_params
-                or d.websocket_param_name or d.response_param_name or d.background_tasks_param_name
-                or d.security_scopes_param_name or not d.is_coroutine_callable
-                or d.is_gen_callable or d.is_async_gen_callable or d.call is None):
+                or not _plain_call(d)):
             return None
         subs = _flatten(d.dependencies, steps)
         if subs is None:
