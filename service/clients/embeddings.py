@@ -59,13 +59,17 @@ class EmbeddingClient:
         self._waiting: dict[int, tuple[asyncio.AbstractEventLoop, list[Query]]] = {}
         """Queries of this turn of the loop, by output size, sent at its end (:meth:`_send_queries`)."""
         self._sending: set[asyncio.Task[None]] = set()
+        self._bulk_in_flight = 0
+        """Bulk requests of this client sent or waiting for a slot: while there are any, each query travels alone."""
 
     async def embed_query(
         self, query: str, *, task: str | None = None, dimensions: int | None = None
     ) -> list[float]:
         """The query's vector. Queries asked for in one turn of the event loop (many searches in flight) travel
         to the runner together, one request per output size, each answered its own vector
-        (:meth:`_send_queries`); one alone is sent at the end of its turn, as it came."""
+        (:meth:`_send_queries`); one alone is sent at the end of its turn, as it came. While this client has
+        bulk requests at the runner (indexing), each query is its own request: a shared one answers when its
+        slowest input is done, and behind bulk work its inputs are scheduled in different engine steps."""
         text = self.model.format_query(query, task or self._query_task)
         dims = dimensions or self.dimensions
         loop = asyncio.get_running_loop()
@@ -78,13 +82,15 @@ class EmbeddingClient:
         return await future
 
     def _send_queries(self, dims: int, turn: tuple[asyncio.AbstractEventLoop, list[Query]]) -> None:
-        """Send the queries of the turn that just ended, up to ``batch_size`` per request. A request whose
-        callers were all cancelled is cancelled; one caller cancelled leaves the others' answers alone."""
+        """Send the queries of the turn that just ended, up to ``batch_size`` per request, or one per request
+        while bulk requests are in flight. A request whose callers were all cancelled is cancelled; one caller
+        cancelled leaves the others' answers alone."""
         if self._waiting.get(dims) is turn:
             del self._waiting[dims]
         waiting = [(text, f) for text, f in turn[1] if not f.done()]
-        for start in range(0, len(waiting), self._batch_size):
-            part = waiting[start:start + self._batch_size]
+        size = 1 if self._bulk_in_flight else self._batch_size
+        for start in range(0, len(waiting), size):
+            part = waiting[start:start + size]
             task = asyncio.get_running_loop().create_task(self._answer_queries(part, dims))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
@@ -184,8 +190,13 @@ class EmbeddingClient:
         }
         if dims != self.model.dimensions:
             body["dimensions"] = dims
-        payload = await self.runner.post_json("/v1/embeddings", body, timeout_s=timeout_s, lane=lane,
-                                              wait_while_down=wait_while_down)
+        bulk = lane == "bulk"
+        self._bulk_in_flight += bulk
+        try:
+            payload = await self.runner.post_json("/v1/embeddings", body, timeout_s=timeout_s, lane=lane,
+                                                  wait_while_down=wait_while_down)
+        finally:
+            self._bulk_in_flight -= bulk
         try:
             data = sorted(payload["data"], key=lambda item: item["index"])
             # A bulk batch (thousands of vectors) takes 100+ ms to decode: off the event loop, where the GIL

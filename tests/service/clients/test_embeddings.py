@@ -86,6 +86,43 @@ async def test_each_output_size_and_each_batch_size_is_a_request_of_its_own() ->
     assert [_bytes(v) for v in got] == [_vector(t, d or 384).tobytes() for t, d in calls]
 
 
+async def test_while_a_bulk_request_is_out_each_query_of_a_turn_is_a_request_of_its_own() -> None:
+    """Behind bulk work a shared query request answers when its slowest input is done (its inputs land in
+    different engine steps): while a bulk request is at the runner, or waiting for a slot, each query goes
+    alone; once it is answered, a turn's queries share a request again."""
+    sent: list[list[str]] = []
+    answer = _answering([])
+    bulk_arrived, release_bulk = asyncio.Event(), asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        inputs = json.loads(request.content)["input"]
+        sent.append(inputs)
+        if inputs == ["fail"]:
+            return httpx.Response(500, json={"message": "broken"})
+        if inputs == ["doc 1", "doc 2"]:
+            bulk_arrived.set()
+            await release_bulk.wait()
+        return answer(request)
+
+    embedder = client(handler)
+    bulk = asyncio.create_task(embedder.embed_batch(["doc 1", "doc 2"]))
+    await bulk_arrived.wait()
+    texts = ["q1", "q2", "q3"]
+    during = await asyncio.gather(*(embedder.embed_query(t) for t in texts))
+    assert sent[0] == ["doc 1", "doc 2"] and sorted(sent[1:]) == [["q1"], ["q2"], ["q3"]]
+    assert [_bytes(v) for v in during] == [_vector(t, 384).tobytes() for t in texts]
+    release_bulk.set()
+    assert [_bytes(v) for v in await bulk] == [_vector(t, 384).tobytes() for t in ("doc 1", "doc 2")]
+    after = await asyncio.gather(*(embedder.embed_query(t) for t in texts))
+    assert sent[4:] == [texts]
+    assert [_bytes(v) for v in after] == [_vector(t, 384).tobytes() for t in texts]
+
+    with pytest.raises(UpstreamError):  # a bulk request that fails (after its retries) is over too
+        await embedder.embed_batch(["fail"])
+    await asyncio.gather(*(embedder.embed_query(t) for t in texts))
+    assert sent[-1] == texts and set(map(tuple, sent[5:-1])) == {("fail",)}
+
+
 async def test_a_query_the_runner_refuses_fails_alone() -> None:
     """The runner refuses a request for one of its inputs: each query is sent again alone, and only the one
     refused on its own fails (422, the runner's reason)."""
