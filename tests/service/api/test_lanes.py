@@ -2,7 +2,8 @@
 call embed through the real MiniLM runner, concurrent searches all answer 200 (none 429, with query slots
 few and their acquire timeout short), the runner never has more than ``bulk_max_inflight`` bulk requests in
 flight (vLLM serves first come, first served: that is all a query can find ahead of it), and each search's
-embedding returns as soon as the bulk requests that were in flight when it was sent have returned.
+embedding returns as soon as the bulk requests that were in flight when it was sent (or sent within 20 ms after
+it, which may reach the engine first) have returned.
 
 The p50 figures (idle against during a job, before and after lanes) are a benchmark: tests/bench/bench_lanes.py.
 """
@@ -19,7 +20,7 @@ import pytest
 
 from service.config import Settings
 from tests.support.app import app_client, wait_for_job
-from tests.support.timing import TimingTransport, peak_in_flight
+from tests.support.timing import Exchange, TimingTransport, peak_in_flight
 
 # Soak: how long a search waits behind bulk work is a figure of the machine; the gate's twin holds bulk batches
 # at a scripted runner and asserts the search's embedding call reaches it first.
@@ -28,6 +29,8 @@ pytestmark = [pytest.mark.soak, pytest.mark.timeout(900)]
 JOB_DOCS = 5000
 WRITER_DOCS = 1000
 QUERIES = [f"which note mentions {w}?" for w in ("harbours", "orchards", "comets", "lanterns", "quarries")]
+RACE_S = 0.02
+"""Bulk requests sent this soon after a query may reach the runner's engine before it (see the test's end)."""
 WORDS = "harbours orchards comets lanterns quarries meadows anvils ferries glaciers looms".split()
 
 
@@ -70,14 +73,23 @@ async def test_searches_are_not_held_behind_bulk_work(minilm_settings: Settings,
         done, written = await job, await write
 
     embeds = [e for e in timing.exchanges if e.path == "/v1/embeddings"]
-    # The query lane's requests: the queries of one event-loop turn share one (EmbeddingClient.embed_query), so
-    # the three searchers' queries arrive one, two or three to a request; no bulk text is a query.
+    # The query lane's requests: with no bulk request out, the queries of one event-loop turn share one
+    # (EmbeddingClient.embed_query), so a request may hold one, two or three of them; no bulk text is a query.
     queries = [e for e in embeds if e.inputs and set(e.inputs) <= set(QUERIES)]
     bulk = [e for e in embeds if e not in queries]
     took_ms = [(ended - started) * 1000 for started, ended, status in answers if status == 200]
-    # how long past the bulk requests in flight when it was sent each search's embedding took
-    past_ahead_s = [q.ended - max([q.started, *(b.ended for b in bulk if b.started <= q.started < b.ended)])
-                    for q in queries]
+    # A query waits for the bulk requests already in flight when it was sent (vLLM's queue is FIFO), then
+    # for at most one engine step (2,048 tokens on CPU) and its own work: never for bulk sent well after it.
+    # A bulk request sent within RACE_S after the query (one ended just then and the next went out) may reach
+    # the engine first: vLLM's HTTP server and tokenizer do not order two requests on two connections by send
+    # times a fraction of a millisecond apart (a soak run saw a query sent 0.15 ms before such a bulk request
+    # wait for it, 2.0 s).
+
+    def ahead(q: Exchange) -> list[float]:
+        return [b.ended for b in bulk if b.started <= q.started + RACE_S and q.started < b.ended]
+
+    # how long past the bulk requests ahead of it each search's embedding took
+    past_ahead_s = [q.ended - max([q.started, *ahead(q)]) for q in queries]
     if took_ms and past_ahead_s:
         soak_figures("lanes.search_p50_ms", np.percentile(took_ms, 50), "ms", "lower", tolerance=0.5, slack=20)
         soak_figures("lanes.search_p95_ms", np.percentile(took_ms, 95), "ms", "lower", tolerance=0.5, slack=50)
@@ -91,10 +103,7 @@ async def test_searches_are_not_held_behind_bulk_work(minilm_settings: Settings,
     assert len(answers) > 20
     assert sum(len(q.inputs) for q in queries) >= len(answers)  # every search's query reached the runner
     assert peak_in_flight(bulk) == 2  # the lane's bound, reached: bulk work kept the runner busy
-    # A query waits for the bulk requests already in flight when it was sent (vLLM's queue is FIFO), then
-    # for at most one engine step (2,048 tokens on CPU) and its own work: never for bulk sent after it.
     slack_s = 1.5
     for q in queries:
-        ahead = [b.ended for b in bulk if b.started <= q.started < b.ended]
-        assert len(ahead) <= 2, q
-        assert q.ended <= max([q.started, *ahead]) + slack_s, (q, ahead)
+        assert len([b for b in bulk if b.started <= q.started < b.ended]) <= 2, q  # the lane's bound
+        assert q.ended <= max([q.started, *ahead(q)]) + slack_s, (q, ahead(q))
