@@ -11,7 +11,10 @@ Each gap beyond the beat is split into what this process did to its own loop and
   *runs* (C code that keeps the GIL, a long garbage collection, work on the loop) accrues no run-queue wait,
   so it stays in the figure: that is the stall this test exists to catch.
 
-What is left is the stall this process caused. All three figures are printed with any failure.
+What is left is the stall this process caused. All three figures are printed with any failure, and the loop
+thread's major page faults in the gap beside them: a fault that reads a page back from disk (the machine's
+memory short, with several runners up) blocks the thread without a run-queue wait, so it counts as a stall of
+this process, and the count says when it was one.
 """
 
 from __future__ import annotations
@@ -46,21 +49,31 @@ def other_threads_wait_s(waits: dict[int, float]) -> float:
     return total
 
 
+def major_faults(native_id: int | None = None) -> int:
+    """Major page faults of the thread (the calling one by default): each one waited for a read from disk."""
+    tid = threading.get_native_id() if native_id is None else native_id
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[9])
+
+
 @dataclass
 class Heartbeat:
     beat_s: float = 0.01
     beats: list[tuple[float, float, float]] = field(default_factory=list)
     """(gap beyond the beat, loop thread's run-queue wait, other threads' run-queue wait) per beat."""
+    faults: list[int] = field(default_factory=list)
+    """The loop thread's major page faults during each beat's gap."""
 
     async def run(self, done: asyncio.Event) -> None:
         others: dict[int, float] = {}
         other_threads_wait_s(others)
-        last, waited = time.perf_counter(), run_queue_wait_s()
+        last, waited, faulted = time.perf_counter(), run_queue_wait_s(), major_faults()
         while not done.is_set():
             await asyncio.sleep(self.beat_s)
-            now, now_waited = time.perf_counter(), run_queue_wait_s()
+            now, now_waited, now_faulted = time.perf_counter(), run_queue_wait_s(), major_faults()
             self.beats.append((max(now - last - self.beat_s, 0.0), now_waited - waited, other_threads_wait_s(others)))
-            last, waited = time.perf_counter(), now_waited
+            self.faults.append(now_faulted - faulted)
+            last, waited, faulted = time.perf_counter(), now_waited, now_faulted
 
     def stalls(self) -> list[tuple[float, float, float, float]]:
         """(stall this process caused, gap, loop's run-queue wait, other threads' run-queue wait) per beat,
@@ -68,8 +81,14 @@ class Heartbeat:
         return sorted((max(gap - waited - others, 0.0), gap, waited, others) for gap, waited, others in self.beats)
 
     def worst(self, n: int = 5) -> list[str]:
-        return [f"{s * 1000:.0f} ms (gap {g * 1000:.0f}, loop's run-queue wait {w * 1000:.0f}, other threads' "
-                f"{o * 1000:.0f})" for s, g, w, o in self.stalls()[-n:]]
+        ranked = sorted(range(len(self.beats)), key=lambda i: self._stall(i))[-n:]
+        return [f"{self._stall(i) * 1000:.0f} ms (gap {g * 1000:.0f}, loop's run-queue wait {w * 1000:.0f}, other "
+                f"threads' {o * 1000:.0f}, major page faults {self.faults[i]})"
+                for i in ranked for g, w, o in [self.beats[i]]]
+
+    def _stall(self, i: int) -> float:
+        gap, waited, others = self.beats[i]
+        return max(gap - waited - others, 0.0)
 
     def worst_gap(self) -> float:
         return max((gap for gap, _, _ in self.beats), default=0.0)
