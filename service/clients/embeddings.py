@@ -68,8 +68,9 @@ class EmbeddingClient:
         """The query's vector. Queries asked for in one turn of the event loop (many searches in flight) travel
         to the runner together, one request per output size, each answered its own vector
         (:meth:`_send_queries`); one alone is sent at the end of its turn, as it came. While this client has
-        bulk requests at the runner (indexing), each query is its own request: a shared one answers when its
-        slowest input is done, and behind bulk work its inputs are scheduled in different engine steps."""
+        bulk requests out (indexing), each query is its own request: each input is its own request in vLLM's
+        engine and a shared request answers when its slowest input is done, which behind bulk work lengthened
+        the search tail (docs/benchmarks.md, stop 34)."""
         text = self.model.format_query(query, task or self._query_task)
         dims = dimensions or self.dimensions
         loop = asyncio.get_running_loop()

@@ -87,8 +87,8 @@ async def test_each_output_size_and_each_batch_size_is_a_request_of_its_own() ->
 
 
 async def test_while_a_bulk_request_is_out_each_query_of_a_turn_is_a_request_of_its_own() -> None:
-    """Behind bulk work a shared query request answers when its slowest input is done (its inputs land in
-    different engine steps): while a bulk request is at the runner, or waiting for a slot, each query goes
+    """Behind bulk work a shared query request answers when its slowest input is done (each input is its own
+    request in vLLM's engine): while a bulk request is at the runner, or waiting for a slot, each query goes
     alone; once it is answered, a turn's queries share a request again."""
     sent: list[list[str]] = []
     answer = _answering([])
