@@ -75,20 +75,15 @@ class Heartbeat:
             self.faults.append(now_faulted - faulted)
             last, waited, faulted = time.perf_counter(), now_waited, now_faulted
 
-    def stalls(self) -> list[tuple[float, float, float, float]]:
-        """(stall this process caused, gap, loop's run-queue wait, other threads' run-queue wait) per beat,
-        worst last."""
-        return sorted((max(gap - waited - others, 0.0), gap, waited, others) for gap, waited, others in self.beats)
+    def stalls(self) -> list[tuple[float, float, float, float, int]]:
+        """(stall this process caused, gap, loop's run-queue wait, other threads' run-queue wait, loop thread's
+        major page faults) per beat, worst last."""
+        return sorted((max(gap - waited - others, 0.0), gap, waited, others, faults)
+                      for (gap, waited, others), faults in zip(self.beats, self.faults, strict=True))
 
     def worst(self, n: int = 5) -> list[str]:
-        ranked = sorted(range(len(self.beats)), key=lambda i: self._stall(i))[-n:]
-        return [f"{self._stall(i) * 1000:.0f} ms (gap {g * 1000:.0f}, loop's run-queue wait {w * 1000:.0f}, other "
-                f"threads' {o * 1000:.0f}, major page faults {self.faults[i]})"
-                for i in ranked for g, w, o in [self.beats[i]]]
-
-    def _stall(self, i: int) -> float:
-        gap, waited, others = self.beats[i]
-        return max(gap - waited - others, 0.0)
+        return [f"{s * 1000:.0f} ms (gap {g * 1000:.0f}, loop's run-queue wait {w * 1000:.0f}, other threads' "
+                f"{o * 1000:.0f}, major page faults {f})" for s, g, w, o, f in self.stalls()[-n:]]
 
     def worst_gap(self) -> float:
         return max((gap for gap, _, _ in self.beats), default=0.0)
