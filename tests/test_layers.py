@@ -64,6 +64,17 @@ def test_no_domain_module_imports_the_api() -> None:
     assert offenders == {}
 
 
+def test_the_mcp_adapter_imports_no_route_module() -> None:
+    """A route only translates: MCP calls the use cases the routes call (``service.search.retrieval``), never a
+    route module, so every way in meets one set of rules without one front end borrowing another's."""
+    offenders = {}
+    for path in sorted((ROOT / "service" / "mcp").rglob("*.py")):
+        routes = sorted(m for m in imported_modules(path) if m.startswith("service.api.routes"))
+        if routes:
+            offenders[path.relative_to(ROOT).as_posix()] = routes
+    assert offenders == {}
+
+
 def test_the_check_sees_an_import_inside_a_function(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from service.api.schemas.chat import ChatCompletionRequest\n")

@@ -44,6 +44,7 @@ from service.media.service import MediaService
 from service.observability.requests import RequestContextMiddleware, TracingMiddleware
 from service.profiles import get_profile
 from service.search.query_cache import QueryEmbeddingCache
+from service.search.retrieval import Retrieval
 from service.search.service import SearchService
 from service.security.fetch import Resolver, SafeFetcher
 from service.store.factory import open_store
@@ -82,19 +83,19 @@ async def build_services(
     writer = DocumentWriter(store, embedder, settings.limits)
     fetcher = SafeFetcher.from_settings(settings.fetch, resolver=resolver, acquire_timeout_s=up.acquire_timeout_s)
     media = MediaService(settings.media, fetcher)
-    services = Services(
-        settings, profile, store, embedder, reranker, search_service, writer, metrics, jobs, fetcher, media
-    )
     gs = settings.generation
-    services.generator = generation_client(settings, profile, transports, resolver)
-    if services.generator is not None:
-        services.image_queries = ImageQueryWriter(
-            services.generator, max_tokens=gs.query_max_tokens, max_chars=settings.limits.max_query_chars
-        )
-        services.chat = ChatHandler(
-            services.generator, media, search_service, services.image_queries, settings,
-            observe_stage=metrics.observe_stage,
-        )
+    generator = generation_client(settings, profile, transports, resolver)
+    image_queries = None if generator is None else ImageQueryWriter(
+        generator, max_tokens=gs.query_max_tokens, max_chars=settings.limits.max_query_chars
+    )
+    retrieval = Retrieval(search_service, media, image_queries, settings.limits,
+                          observe_stage=metrics.observe_stage)
+    services = Services(
+        settings, profile, store, embedder, reranker, search_service, writer, metrics, jobs, fetcher, media,
+        retrieval, generator,
+    )
+    if generator is not None:
+        services.chat = ChatHandler(generator, media, retrieval, settings, observe_stage=metrics.observe_stage)
     metrics.replicas.watch(
         r.runner for r in (services.embedder, services.reranker, services.generator) if r is not None
     )

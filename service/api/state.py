@@ -13,9 +13,9 @@ from service.clients.rerank import RerankClient
 from service.config import Settings
 from service.documents.writer import DocumentWriter
 from service.generation.chat import ChatHandler
-from service.generation.image_query import ImageQueryWriter
 from service.media.service import MediaService
 from service.profiles import Profile
+from service.search.retrieval import Retrieval
 from service.search.service import SearchService
 from service.security.fetch import SafeFetcher
 from service.store.base import VectorStore
@@ -35,9 +35,10 @@ class Services:
     jobs: JobQueue
     fetcher: SafeFetcher
     media: MediaService
+    retrieval: Retrieval
+    """The retrieval use case every way in calls (limits, the image's query, timings), over ``search``."""
     generator: GenerationClient | None = None
-    """None when the deployment serves no generation model; so are the two below."""
-    image_queries: ImageQueryWriter | None = None
+    """None when the deployment serves no generation model; so is the one below."""
     chat: ChatHandler | None = None
     started_at: int = field(default_factory=lambda: int(time.time()))
     """When the services were built (Unix seconds): the ``created`` of /v1/models."""

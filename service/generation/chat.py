@@ -26,17 +26,16 @@ from service.clients.generation import GenerationClient
 from service.config import Settings
 from service.errors import InvalidInput, RagserveError
 from service.generation.citations import Citation, build_citations, mark_cited
-from service.generation.image_query import ImageQueryWriter
 from service.generation.prompts import GROUNDED_SYSTEM_PROMPT, grounded_messages, text_of
 from service.generation.request import ChatRequest, ImageContent
 from service.media.images import PreparedImage
 from service.media.service import ImageInput, MediaService
 from service.observability.tracing import stage, tracer
-from service.search.filters import build_filter
-from service.search.service import SearchQuery, SearchService
+from service.search.retrieval import Params, Retrieval, RetrievalRequest
 from service.store.tenancy import Tenant
 
 StageObserver = Callable[[str, float], None]
+CHAT_PARAMS = Params(query="messages", top_k="ragserve.top_k", rerank_candidates="ragserve.rerank_candidates")
 
 
 @dataclass
@@ -57,16 +56,14 @@ class ChatHandler:
         self,
         generator: GenerationClient,
         media: MediaService,
-        search: SearchService,
-        query_writer: ImageQueryWriter,
+        retrieval: Retrieval,
         settings: Settings,
         *,
         observe_stage: StageObserver | None = None,
     ) -> None:
         self.generator = generator
         self.media = media
-        self.search = search
-        self.query_writer = query_writer
+        self.retrieval = retrieval
         self.settings = settings
         self._observe = observe_stage or (lambda stage, seconds: None)
 
@@ -190,40 +187,23 @@ class ChatHandler:
         if messages[-1]["role"] != "user":
             raise InvalidInput("the last message must be the user's question to retrieve context for it",
                                code="last_message_not_user", param="messages")
-        limits, gen = self.settings.limits, self.settings.generation
+        gen = self.settings.generation
         question = text_of(messages[-1])
-        if len(question) > limits.max_query_chars:
-            raise InvalidInput(f"the question is longer than {limits.max_query_chars} characters",
-                               code="query_too_long", param="messages")
         top_k = options.top_k or gen.context_top_k
-        if top_k > limits.max_top_k:
-            raise InvalidInput(f"top_k is over {limits.max_top_k}", code="top_k_too_large", param="ragserve.top_k")
-        if (options.rerank_candidates or 0) > limits.max_rerank_candidates:
-            raise InvalidInput(f"rerank_candidates is over {limits.max_rerank_candidates}", code="top_n_too_large",
-                               param="ragserve.rerank_candidates")
+        query = self.retrieval.check(query=question, top_k=top_k, rerank_candidates=options.rerank_candidates,
+                                     has_image=image is not None, params=CHAT_PARAMS)
         timings: dict[str, float] = {}
         generated = None
         if image is not None:
-            started = time.perf_counter()
-            with stage("image_query"):
-                written = await self.query_writer.write(image, question)
-            timings["image_query"] = self._stage("image_query", started)
-            query, generated = written.retrieval_query, written.generated
-        elif question:
-            query = question
-        else:
-            raise InvalidInput("the last user message has no text or image to retrieve context for",
-                               code="empty_query", param="messages")
-        query_filter = build_filter(options.filter)
+            written = await self.retrieval.image_query(image, query)
+            timings["image_query"] = written.timings_ms["image_query"]
+            query, generated = written.query, written.generated
         collections = list(dict.fromkeys(options.collections))
+        request = RetrievalRequest(collection="", query=query, top_k=top_k, filter=options.filter,
+                                   rerank=options.rerank, rerank_candidates=options.rerank_candidates)
         started = time.perf_counter()
-        results = await asyncio.gather(*(
-            self.search.search(SearchQuery(
-                collection=name, query=query, top_k=top_k, query_filter=query_filter, rerank=options.rerank,
-                rerank_candidates=options.rerank_candidates, tenant=tenant, cache_partition=cache_partition,
-            ))
-            for name in collections
-        ))
+        results = await self.retrieval.search_collections(request, query, collections, tenant=tenant,
+                                                          cache_partition=cache_partition)
         timings["retrieve"] = self._stage("retrieve", started)
         # One reranker (or one embedder) scored every hit against the same query: the scores compare.
         ranked = sorted(((name, hit) for name, result in zip(collections, results, strict=True) for hit in result.hits),

@@ -1,6 +1,7 @@
 """The MCP tools, on the ``mcp`` SDK's ``MCPServer``: ``search`` and ``list_collections``.
 
-They run in the API process and call the same code the HTTP routes do (``run_search``, the store), with the
+They run in the API process and call the same use cases the HTTP routes do (:class:`service.search.retrieval.Retrieval`,
+the store), with the
 request's lifespan services (the HTTP request that carried the MCP message holds them). A refusal becomes a
 tool error whose text starts with ragserve's error code, e.g. ``collection_not_found: ...``.
 """
@@ -18,12 +19,13 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from service import __version__
-from service.api.routes.search import run_search
-from service.api.schemas.common import FILTER_SYNTAX
+from service.api.schemas.common import FILTER_SYNTAX, filter_spec
 from service.api.schemas.search import SearchRequest
 from service.api.state import Services
 from service.auth.principal import Principal
 from service.errors import RagserveError
+from service.search.query_cache import partition_of
+from service.search.retrieval import RetrievalRequest
 
 INSTRUCTIONS = (
     "ragserve retrieves passages from indexed document collections. Call list_collections to see what is "
@@ -139,14 +141,17 @@ def build_server(*, max_top_k: int) -> MCPServer:
         try:
             principal = _principal(ctx)
             principal.check_collection(body.collection)
-            result = await run_search(body, None, _services(ctx), principal)
+            retrieved = await _services(ctx).retrieval.search(
+                RetrievalRequest(collection=body.collection, query=body.query or "", top_k=body.top_k,
+                                 filter=filter_spec(body.filter), rerank=rerank, mode=body.mode),
+                tenant=principal.tenant, cache_partition=partition_of(principal))
         except RagserveError as exc:
             raise _tool_error(exc) from exc
-        hits = [Hit(rank=h.rank, doc_id=h.doc_id, chunk_index=h.chunk_index, text=h.text, score=h.score,
-                    vector_score=h.vector_score, rerank_score=h.rerank_score, metadata=h.metadata,
-                    location=h.location) for h in result.hits]
-        return SearchOutput(collection=result.collection, query=result.query, mode=result.mode,
-                            reranked=result.reranked, hits=hits)
+        hits = [Hit(rank=i + 1, doc_id=r.hit.doc_id, chunk_index=r.hit.chunk_index, text=r.hit.text, score=r.score,
+                    vector_score=r.hit.score, rerank_score=r.rerank_score, metadata=r.hit.metadata,
+                    location=r.hit.location) for i, r in enumerate(retrieved.result.hits)]
+        return SearchOutput(collection=body.collection, query=retrieved.query, mode=retrieved.result.mode,
+                            reranked=retrieved.result.reranked, hits=hits)
 
     search.__annotations__["top_k"] = Annotated[int, Field(
         description=top_k_text(max_top_k), json_schema_extra={"minimum": 1, "maximum": max_top_k})]

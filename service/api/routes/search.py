@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, UploadFile
@@ -18,10 +17,8 @@ from service.auth.principal import Principal
 from service.errors import BadRequest, InvalidInput
 from service.media.errors import ImageTooLarge
 from service.media.service import ImageInput
-from service.observability.tracing import stage
-from service.search.filters import build_filter
 from service.search.query_cache import partition_of
-from service.search.service import SearchQuery
+from service.search.retrieval import RetrievalRequest
 
 # No router-wide ``ApiKey``: each route takes ``PrincipalDep`` (the same dependency, so the same check and the same
 # OpenAPI security), and a second copy of it cost FastAPI about 25 us of dependency solving per search.
@@ -70,55 +67,11 @@ async def search_upload(
 
 async def run_search(body: SearchRequest, image: ImageInput | None, services: Services,
                      principal: Principal) -> SearchResponse:
-    """A search as the API answers it, for ``principal`` (its tenant filters every query): shared by both
-    search routes and the MCP search tool."""
-    limits = services.settings.limits
-    query = (body.query or "").strip()
-    if not query and image is None:
-        raise InvalidInput("query is empty (send a query, an image, or both)", code="empty_query", param="query")
-    if len(query) > limits.max_query_chars:
-        raise InvalidInput(f"query is longer than {limits.max_query_chars} characters", code="query_too_long",
-                           param="query")
-    if body.top_k > limits.max_top_k:
-        raise InvalidInput(f"top_k is over {limits.max_top_k}", code="top_k_too_large", param="top_k")
-    if body.rerank is not None and body.rerank.top_n is not None and body.rerank.top_n > limits.max_rerank_candidates:
-        raise InvalidInput(f"rerank.top_n is over {limits.max_rerank_candidates}", code="top_n_too_large",
-                           param="rerank.top_n")
-    started = time.perf_counter()
-    timings: dict[str, float] = {}
-    generated = info = None
-    if image is not None:
-        if services.image_queries is None:
-            raise BadRequest("this deployment serves no generation model, so it cannot search with an image",
-                             code="generation_not_configured", param=image.param)
-        prepared = await services.media.prepare(image)
-        timings["image"] = _ms(started)
-        t = time.perf_counter()
-        with stage("image_query", collection=body.collection):
-            written = await services.image_queries.write(prepared, query)
-        timings["image_query"] = _ms(t)
-        services.metrics.observe_stage("image_query", time.perf_counter() - t)
-        query, generated = written.retrieval_query, written.generated
-        info = ImageInfo(format=prepared.source_format, width=prepared.width, height=prepared.height,
-                         source_width=prepared.source_width, source_height=prepared.source_height)
-    rerank = body.rerank
-    result = await services.search.search(
-        SearchQuery(
-            collection=body.collection,
-            query=query,
-            top_k=body.top_k,
-            query_filter=build_filter(filter_spec(body.filter)),
-            rerank=None if rerank is None else rerank.enabled,
-            rerank_candidates=None if rerank is None else rerank.top_n,
-            rerank_instruction=None if rerank is None else rerank.instruction,
-            embed_instruction=body.instruction,
-            mode=body.mode,
-            fusion=body.fusion,
-            tenant=principal.tenant,
-            score_details=body.score_details,
-            cache_partition=partition_of(principal),
-        )
-    )
+    """Translate a search request into the retrieval use case and its answer into the response, for
+    ``principal`` (its tenant filters every query)."""
+    retrieved = await services.retrieval.search(search_request(body, image), tenant=principal.tenant,
+                                                cache_partition=partition_of(principal))
+    result = retrieved.result
     # Plain dicts, validated into SearchHits by the response's own validation, in one call for all of them:
     # ten SearchHit(...) calls cost 7 us more per search (the JSON is the same).
     hits: list[Any] = [
@@ -127,11 +80,29 @@ async def run_search(body: SearchRequest, image: ImageInput | None, services: Se
          "rerank_score": r.rerank_score, "dense_score": r.dense_score, "bm25_score": r.bm25_score}
         for i, r in enumerate(result.hits)
     ]
-    if image is not None:
-        result.timings_ms = {**timings, **result.timings_ms, "total": _ms(started)}
-    return SearchResponse(collection=body.collection, query=query, generated_query=generated, image=info,
+    generated = info = None
+    if retrieved.image is not None:
+        prepared = retrieved.image.image
+        generated = retrieved.image.generated
+        info = ImageInfo(format=prepared.source_format, width=prepared.width, height=prepared.height,
+                         source_width=prepared.source_width, source_height=prepared.source_height)
+    return SearchResponse(collection=body.collection, query=retrieved.query, generated_query=generated, image=info,
                           reranked=result.reranked, mode=result.mode, hits=hits, timings_ms=result.timings_ms)
 
 
-def _ms(started: float) -> float:
-    return round((time.perf_counter() - started) * 1000, 3)
+def search_request(body: SearchRequest, image: ImageInput | None) -> RetrievalRequest:
+    rerank = body.rerank
+    return RetrievalRequest(
+        collection=body.collection,
+        query=body.query or "",
+        top_k=body.top_k,
+        image=image,
+        filter=filter_spec(body.filter),
+        rerank=None if rerank is None else rerank.enabled,
+        rerank_candidates=None if rerank is None else rerank.top_n,
+        rerank_instruction=None if rerank is None else rerank.instruction,
+        embed_instruction=body.instruction,
+        mode=body.mode,
+        fusion=body.fusion,
+        score_details=body.score_details,
+    )
