@@ -121,6 +121,12 @@ class VectorStore(ABC):
         ``idf_corpus`` restricts the points BM25's document frequencies are counted over (a tenant's)."""
 
     @abstractmethod
+    async def read_chunks(self, name: str, where: Filter, *, limit: int) -> list[Hit]:
+        """The points matching ``where`` (at most ``limit``, in no given order) as hits scored 0, in one engine
+        call: the context assembler reads a request's neighbouring chunks by their point ids with it, under the
+        reading key's scope."""
+
+    @abstractmethod
     async def ensure_tenant_index(self, name: str, field: str) -> None:
         """Make sure ``metadata.<field>`` has an ``is_tenant`` keyword index and the internal ``tenant``
         field a keyword index (idempotent; collections created before a tenant key existed get them here)."""

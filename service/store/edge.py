@@ -372,6 +372,12 @@ class EdgeStore(VectorStore):
             if offset is None:
                 return states.states()
 
+    async def read_chunks(self, name: str, where: Filter, *, limit: int) -> list[Hit]:
+        coll = self._get(name)
+        request = qe.ScrollRequest(limit=limit, filter=to_edge(where), with_payload=True, with_vector=False)
+        records, _ = await self._run(name, lambda: coll.shard.scroll(request))
+        return [Hit.from_payload(r.id, 0.0, r.payload) for r in records]
+
     async def query(
         self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,

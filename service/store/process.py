@@ -570,6 +570,9 @@ class ProcessStore(VectorStore):
     async def scroll_states(self, name: str, where: Filter | None) -> dict[str, DocState]:
         return await self._run("scroll_states", name, where)
 
+    async def read_chunks(self, name: str, where: Filter, *, limit: int) -> list[Hit]:
+        return await self._run("read_chunks", name, where, limit=limit)
+
     async def query(
         self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,

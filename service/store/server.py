@@ -228,6 +228,14 @@ class ServerStore(VectorStore):
             if offset is None:
                 return states.states()
 
+    async def read_chunks(self, name: str, where: Filter, *, limit: int) -> list[Hit]:
+        flt = to_qdrant(where)
+        points, _ = await self._call(
+            lambda: self.client.scroll(name, scroll_filter=flt, limit=limit, with_payload=True, with_vectors=False),
+            name,
+        )
+        return [Hit.from_payload(p.id, 0.0, p.payload) for p in points]
+
     async def query(
         self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,

@@ -158,13 +158,20 @@ class Hit:
     metadata: dict[str, Any]
     location: dict[str, Any] | None = None
     source: str | None = None
+    tenant: str | None = None
+    """The internal ``tenant`` field of the chunk (``field=value``), None for an untenanted chunk: with ``doc_id``
+    and ``chunk_index`` it names the chunk's point id, so a document's other chunks can be read by id."""
+
+    def point_id_of(self, collection: str, chunk_index: int) -> str:
+        """The point id of this hit's document's chunk ``chunk_index``."""
+        return point_id(collection, self.doc_id, chunk_index, self.tenant)
 
     @classmethod
     def from_payload(cls, id: object, score: float, payload: dict[str, Any] | None) -> Hit:
         return cls(*hit_row(id, score, payload))
 
 
-HitRow = tuple[str, float, str, int, str, dict[str, Any], "dict[str, Any] | None", "str | None"]
+HitRow = tuple[str, float, str, int, str, dict[str, Any], "dict[str, Any] | None", "str | None", "str | None"]
 """A :class:`Hit`'s fields in order, as plain values: what crosses the store process's pipe (a tuple pickles and
 unpickles in a third of the time of the dataclass, and ``Hit(*row)`` rebuilds it)."""
 
@@ -174,7 +181,7 @@ def hit_row(id: object, score: float, payload: dict[str, Any] | None) -> HitRow:
     payload = payload or {}
     return (str(id), float(score), str(payload.get("doc_id", "")), int(payload.get("chunk_index", 0)),
             str(payload.get("text", "")), dict(payload.get("metadata") or {}), payload.get("location"),
-            payload.get("source"))
+            payload.get("source"), payload.get(TENANT))
 
 
 @dataclass(frozen=True)

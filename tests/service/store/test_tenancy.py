@@ -15,7 +15,7 @@ from service.sparse.config import SparseConfig
 from service.store.base import VectorStore
 from service.store.edge import EdgeStore
 from service.store.tenancy import Tenant, read_scope, write_scope
-from service.store.types import TENANT, Chunk, SparseVector, point_id
+from service.store.types import TENANT, Chunk, Filter, HasId, SparseVector, both, point_id
 from tests.service.store.test_contract import open_backend
 
 A, B = Tenant("org", "a"), Tenant("org", "b")
@@ -110,5 +110,35 @@ async def test_tenant_index_is_created_once_and_is_a_tenant_index(tmp_path: Path
         assert schema["metadata.org"].params.is_tenant is True
         assert schema["metadata.org"].data_type == qe.PayloadSchemaType.Keyword
         assert schema[TENANT].data_type == qe.PayloadSchemaType.Keyword
+    finally:
+        await store.aclose()
+
+
+
+@pytest.mark.parametrize("kind", ["edge", "edge-process", "server"])
+async def test_read_chunks_reads_by_point_id_within_the_readers_scope(kind: str, tmp_path: Path) -> None:
+    """The context assembler's neighbour read: a hit names its document's other chunks' point ids (its tenant
+    is part of them), and the reading key's scope still applies, so one tenant never reads another's chunk of
+    the same document id."""
+    store = await open_backend(kind, tmp_path)
+    try:
+        await store.create_collection("c", dimensions=2, model="m")
+        for tenant, name in ((A, "a"), (B, "b"), (None, "plain")):
+            chunks = [Chunk("x", i, f"{name} {i}", tenant.stamp({}) if tenant else {}, content_hash="1",
+                            chunk_count=3, tenant=tenant.namespace if tenant else None, source="s") for i in range(3)]
+            await store.replace_documents("c", chunks, [[1.0, 0.0]] * 3, scope=write_scope(tenant))
+        [hit] = await store.query("c", dense=[1.0, 0.0], limit=1, query_filter=read_scope(A))
+        assert (hit.text[:2], hit.tenant) == ("a ", "org=a")
+        wanted = [hit.point_id_of("c", i) for i in (0, 1, 2, 7)]  # 7 does not exist: simply not returned
+        got = await store.read_chunks("c", Filter(must=(HasId(tuple(wanted)),)), limit=10)
+        assert sorted((h.id, h.text, h.chunk_index, h.tenant, h.score) for h in got) == sorted(
+            (point_id("c", "x", i, "org=a"), f"a {i}", i, "org=a", 0.0) for i in range(3))
+        # B's key asking for A's ids gets nothing
+        scoped = both(Filter(must=(HasId(tuple(wanted)),)), read_scope(B))
+        assert scoped is not None and await store.read_chunks("c", scoped, limit=10) == []
+        plain = tuple(point_id("c", "x", i) for i in range(3))
+        got = await store.read_chunks("c", Filter(must=(HasId(plain),)), limit=2)
+        assert len(got) == 2 and {h.text for h in got} < {"plain 0", "plain 1", "plain 2"}
+        assert {h.tenant for h in got} == {None}
     finally:
         await store.aclose()
