@@ -351,6 +351,31 @@ class SearchSettings(BaseModel):
     sparse_weight: float = Field(1.5, description="RRF weight of the sparse (BM25) candidates.")
 
 
+class ContextSettings(BaseModel):
+    """POST /v1/context: a budgeted, de-duplicated, cited context (service/context/, docs/context.md). The
+    defaults were chosen on SciFact's train queries with near-duplicate copies (docs/context.md)."""
+
+    candidates: int = Field(50, ge=1, description="Hits searched for in each collection before packing, when a "
+                            "request names none; at most RAGSERVE_LIMITS__MAX_TOP_K.")
+    neighbours: int = Field(0, ge=0, description="Chunks before and after each chosen chunk added to it, when a "
+                            "request names none.")
+    max_neighbours: int = Field(5, ge=0, description="Largest `neighbours` a request may ask for (422 "
+                                "neighbours_too_large).")
+    max_budget_tokens: int = Field(32768, ge=16, description="Largest `budget_tokens` (422 budget_too_large).")
+    max_collections: int = Field(8, ge=1, description="Collections one request may name (422 "
+                                 "too_many_collections).")
+    duplicate_threshold: float = Field(
+        0.5, gt=0, le=1, description="A candidate whose word 3-grams are at least this share repeated in passages "
+        "of other documents already taken is left out as a duplicate.",
+    )
+    overflow: Literal["cut", "skip"] = Field(
+        "cut", description="A passage that does not fit the budget whole: cut at its last sentence boundary that "
+        "fits (`cut`), or left out for later ones that fit (`skip`).",
+    )
+    rrf_k: int = Field(60, ge=1, description="Rank constant of the reciprocal-rank merge of several collections' "
+                       "candidates when no reranker scored them all.")
+
+
 class QueryCacheSettings(BaseModel):
     """The query-embedding cache of each API process (service/search/query_cache.py): a repeated search skips the
     embedding runner. Entries are kept apart per scoped API key (docs/query-cache.md)."""
@@ -536,6 +561,7 @@ class Settings(BaseSettings):
     qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
     limits: Limits = Field(default_factory=Limits)
     search: SearchSettings = Field(default_factory=SearchSettings)
+    context: ContextSettings = Field(default_factory=ContextSettings)
     query_cache: QueryCacheSettings = Field(default_factory=QueryCacheSettings)
     indexer: IndexerSettings = Field(default_factory=IndexerSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)

@@ -21,6 +21,7 @@ from service.api.openapi import install_openapi
 from service.api.routes import (
     chat,
     collections,
+    context,
     deletion,
     embeddings,
     health,
@@ -35,14 +36,19 @@ from service.api.routes import (
 )
 from service.api.state import Services
 from service.auth.keyring import KeyConfigError, keyring_from_settings
+from service.clients.embeddings import EmbeddingClient
 from service.clients.factory import Transports, embedding_client, generation_client, rerank_client
+from service.clients.generation import GenerationClient
+from service.clients.rerank import RerankClient
 from service.config import Settings
+from service.context.service import ContextService
+from service.context.tokens import Tokenizers, counter_for
 from service.documents.writer import DocumentWriter
 from service.generation.chat import ChatHandler
 from service.generation.image_query import ImageQueryWriter
 from service.media.service import MediaService
 from service.observability.requests import RequestContextMiddleware, TracingMiddleware
-from service.profiles import get_profile
+from service.profiles import Profile, default_checkpoint, get_profile
 from service.search.query_cache import QueryEmbeddingCache
 from service.search.retrieval import Retrieval
 from service.search.service import SearchService
@@ -90,9 +96,11 @@ async def build_services(
     )
     retrieval = Retrieval(search_service, media, image_queries, settings.limits,
                           observe_stage=metrics.observe_stage)
+    context_service = ContextService(retrieval, store, tokenizers(settings, profile, embedder, reranker, generator),
+                                     settings.context, observe_stage=metrics.observe_stage)
     services = Services(
         settings, profile, store, embedder, reranker, search_service, writer, metrics, jobs, fetcher, media,
-        retrieval, generator,
+        retrieval, context_service, generator,
     )
     if generator is not None:
         services.chat = ChatHandler(generator, media, retrieval, settings, observe_stage=metrics.observe_stage)
@@ -100,6 +108,22 @@ async def build_services(
         r.runner for r in (services.embedder, services.reranker, services.generator) if r is not None
     )
     return services
+
+
+def tokenizers(settings: Settings, profile: Profile, embedder: EmbeddingClient, reranker: RerankClient | None,
+               generator: GenerationClient | None) -> Tokenizers:
+    """A counter for each served model (local where its checkpoint folder is), the generator's the default."""
+    runners = settings.runners
+    counters = [counter_for(embedder.model.name,
+                            runners.embed_model_path or default_checkpoint(profile.embedding), embedder.runner)]
+    if reranker is not None:
+        counters.append(counter_for(reranker.model.name,
+                                    runners.rerank_model_path or default_checkpoint(reranker.model), reranker.runner))
+    if generator is not None:
+        counters.append(counter_for(generator.model.name,
+                                    runners.generate_model_path or default_checkpoint(generator.model),
+                                    generator.runner))
+    return Tokenizers(counters, default=counters[-1].name if generator is not None else counters[0].name)
 
 
 def freeze_startup_objects() -> None:
@@ -170,7 +194,7 @@ def create_app(
     install_openapi(app, settings, get_profile(settings.profile))
     # Starlette tries the routes in order: /v1/search, the route served most, comes right after the probes
     # (18 routes tried before it cost about 10 us per search).
-    for router in (health.router, search.router, collections.router, deletion.router, ingest.router,
+    for router in (health.router, search.router, context.router, collections.router, deletion.router, ingest.router,
                    embeddings.router, rerank.router, models.router, chat.router, mcp.router, playground.router,
                    snapshots.router, transfer.router):
         app.include_router(router)

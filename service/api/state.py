@@ -11,6 +11,7 @@ from service.clients.embeddings import EmbeddingClient
 from service.clients.generation import GenerationClient
 from service.clients.rerank import RerankClient
 from service.config import Settings
+from service.context.service import ContextService
 from service.documents.writer import DocumentWriter
 from service.generation.chat import ChatHandler
 from service.media.service import MediaService
@@ -37,6 +38,8 @@ class Services:
     media: MediaService
     retrieval: Retrieval
     """The retrieval use case every way in calls (limits, the image's query, timings), over ``search``."""
+    context: ContextService | None = None
+    """The /v1/context use case (None only where no tokenizer can be had)."""
     generator: GenerationClient | None = None
     """None when the deployment serves no generation model; so is the one below."""
     chat: ChatHandler | None = None

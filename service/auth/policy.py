@@ -34,6 +34,7 @@ ROUTE_SCOPES: dict[tuple[str, str], frozenset[Scope]] = {
     ("DELETE", "/v1/jobs/{job_id}"): JOBS,
     ("POST", "/v1/search"): READ,
     ("POST", "/v1/search/upload"): READ,
+    ("POST", "/v1/context"): READ,
     ("POST", "/v1/chat/completions"): READ,
     ("GET", "/v1/models"): READ,
     ("GET", "/v1/models/{model_id:path}"): READ,

@@ -1,0 +1,262 @@
+"""Packing ranked candidates into a context that never passes its token budget.
+
+Candidates are taken best first. Each one, with up to ``neighbours`` chunks before and after it that overlap
+it (:mod:`service.context.passages`), is
+
+- ``merged`` into a passage already taken when it overlaps or touches one of its document's section (its
+  words are then counted once), or left out as ``merged`` when a taken passage already holds it;
+- left out as a ``duplicate`` when it repeats text taken from another document (:mod:`service.context.duplicates`);
+- taken as a new passage when it fits; when it does not, it is taken without its neighbours if that fits,
+  else, with ``overflow="cut"``, cut at the last sentence boundary that fits (a slice of the source stays a
+  slice: its offsets shrink with it), else left out as ``budget``, and later, smaller candidates still try.
+
+The budget is checked while packing with each passage rendered on its own (its number written with as many
+digits as the largest can have), and then exactly: the whole context is rendered and counted, and while it is
+over, the lowest-scored passage is left out. What is returned is counted, never estimated.
+
+The context lists documents by their best passage (``order="score"``), or with the best documents at both
+ends (``order="edges"``: 1st first, 2nd last, 3rd second...: models read the ends of a long prompt best);
+a document's passages stay together, in document order. Passages are numbered ``[1]..[n]`` as they appear.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from service.context.duplicates import repeated_share, shingles
+from service.context.passages import Candidate, Passage, covers, merge, overlaps, single, span
+from service.context.template import SEPARATOR, Template
+from service.context.tokens import TokenCounter
+from service.store.types import Hit
+
+Order = Literal["score", "edges"]
+Overflow = Literal["cut", "skip"]
+Reason = Literal["duplicate", "budget", "merged"]
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s)")
+
+
+@dataclass(frozen=True)
+class Dropped:
+    candidate: Candidate
+    reason: Reason
+    passage: Passage | None = None
+    """For ``merged``: the passage that holds it; for ``duplicate``: the one it repeats."""
+
+
+@dataclass
+class _Entry:
+    candidate: Candidate
+    reason: Reason
+    holder: _Taken | None = None
+
+
+@dataclass
+class Packed:
+    passages: list[Passage]
+    """In context order, numbered."""
+    context: str
+    tokens: int
+    dropped: list[Dropped]
+
+
+@dataclass(eq=False)
+class _Taken:
+    passage: Passage
+    shingles: frozenset[int]
+    absorbed_by: _Taken | None = None
+    """Set when a later candidate joined this passage to another one, which holds it now."""
+
+    def current(self) -> _Taken:
+        t = self
+        while t.absorbed_by is not None:
+            t = t.absorbed_by
+        return t
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    budget: int
+    template: Template
+    neighbours: int = 0
+    order: Order = "score"
+    overflow: Overflow = "cut"
+    duplicate_threshold: float = 0.5
+
+
+class Packer:
+    def __init__(self, counter: TokenCounter, options: PackOptions) -> None:
+        self.counter = counter
+        self.options = options
+
+    async def min_budget(self) -> int:
+        """The tokens of one passage's header: the template rendered with number 1 and no words."""
+        return await self.counter.count(self.options.template.render(
+            {"number": "1", "title": "", "source": "", "page": "", "text": ""})) + 1
+
+    async def pack(self, candidates: Sequence[Candidate],
+                   neighbours: Mapping[tuple[str, str | None, str], Mapping[int, Hit]]) -> Packed:
+        """``neighbours``: per document (:func:`service.context.passages.doc_key`), its chunks read for the
+        candidates, by chunk index."""
+        opts = self.options
+        width = len(str(max(len(candidates), 1)))
+        self._number = "9" * width
+        self._separator = await self.counter.count(SEPARATOR)
+        taken: list[_Taken] = []
+        owners: list[tuple[Candidate, _Taken]] = []
+        """Each candidate taken as a passage of its own, and its passage."""
+        dropped: list[_Entry] = []
+        used = 0
+        for candidate in candidates:
+            bare = single(candidate)
+            same_doc = [t for t in taken if t.passage.doc == bare.doc]
+            holder = next((t for t in same_doc if covers(t.passage, candidate.hit)), None)
+            if holder is not None:
+                dropped.append(_Entry(candidate, "merged", holder))
+                continue
+            tries = [self._with_neighbours(bare, candidate, neighbours)]
+            if len(tries[0].chunks) > 1:
+                tries.append(bare)
+            placed: _Taken | None = None
+            for attempt in tries:
+                grown, meeting = attempt, []
+                while True:  # a passage it meets may bring it to the next one
+                    meets = [t for t in same_doc if t not in meeting and overlaps(t.passage, grown)]
+                    if not meets:
+                        break
+                    for t in meets:
+                        grown, meeting = merge(t.passage, grown), [*meeting, t]
+                if not meeting:
+                    if attempt is tries[0] and self._duplicate(attempt, taken, candidate, dropped):
+                        break
+                    attempt.tokens = await self._tokens(attempt)
+                    if attempt.tokens <= opts.budget - used - (self._separator if taken else 0):
+                        placed = _Taken(attempt, shingles(attempt.text))
+                        taken.append(placed)
+                        owners.append((candidate, placed))
+                        break
+                    continue
+                grown.tokens = await self._tokens(grown)
+                others = [t for t in taken if t not in meeting]
+                after = sum(t.passage.tokens for t in others) + grown.tokens + self._separator * len(others)
+                if after <= opts.budget:  # it meets passages of its document: they grow into one
+                    placed = meeting[0]
+                    placed.passage, placed.shingles = grown, shingles(grown.text)
+                    for t in meeting[1:]:
+                        t.absorbed_by = placed
+                        taken.remove(t)
+                    dropped.append(_Entry(candidate, "merged", placed))
+                    break
+            else:
+                if opts.overflow == "cut" and not any(overlaps(t.passage, bare) for t in same_doc):
+                    room = opts.budget - used - (self._separator if taken else 0)
+                    cut = await self._cut(bare, room)
+                    if cut is not None:
+                        placed = _Taken(cut, shingles(cut.text))
+                        taken.append(placed)
+                        owners.append((candidate, placed))
+            if placed is None and not (dropped and dropped[-1].candidate is candidate):
+                dropped.append(_Entry(candidate, "budget"))
+            used = sum(t.passage.tokens for t in taken) + self._separator * max(len(taken) - 1, 0)
+        return await self._final(taken, owners, dropped)
+
+    def _duplicate(self, group: Passage, taken: list[_Taken], candidate: Candidate, dropped: list[_Entry]) -> bool:
+        """Whether ``group`` repeats passages of other documents (recorded in ``dropped`` when it does)."""
+        mine = shingles(group.text)
+        others = [t for t in taken if t.passage.doc != group.doc]
+        if not others or repeated_share(mine, (t.shingles for t in others)) < self.options.duplicate_threshold:
+            return False
+        repeats = max(others, key=lambda t: len(mine & t.shingles))
+        dropped.append(_Entry(candidate, "duplicate", repeats))
+        return True
+
+    def _with_neighbours(self, bare: Passage, candidate: Candidate,
+                         neighbours: Mapping[tuple[str, str | None, str], Mapping[int, Hit]]) -> Passage:
+        """The candidate with up to ``neighbours`` chunks each side, each taken only while it overlaps or
+        touches what is already there (a neighbour that is not a slice, or from another section, stops it)."""
+        n = self.options.neighbours
+        if n <= 0 or not bare.mergeable:
+            return bare
+        chunks = neighbours.get(bare.doc, {})
+        grown = bare
+        index = candidate.hit.chunk_index
+        for step in (-1, 1):
+            for k in range(1, n + 1):
+                hit = chunks.get(index + step * k)
+                if hit is None or span(hit) is None:
+                    break
+                other = single(Candidate(candidate.collection, hit, candidate.score, candidate.rerank_score))
+                if not overlaps(grown, other):
+                    break
+                grown = merge(grown, other)
+        return grown
+
+    async def _tokens(self, passage: Passage) -> int:
+        return await self.counter.count(self.options.template.render(passage.render_values(0) | {
+            "number": self._number}))
+
+    async def _cut(self, passage: Passage, room: int) -> Passage | None:
+        """The longest run of whole sentences from the passage's start that fits ``room`` tokens; None when
+        not even its first sentence fits, or the passage is not a slice of its source."""
+        if not passage.mergeable or passage.start is None:
+            return None
+        ends = [m.end() for m in _SENTENCE_END.finditer(passage.text)]
+        lo, hi, best = 0, len(ends) - 1, None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            text = passage.text[:ends[mid]]
+            cut = Passage(passage.collection, passage.chunks, passage.score, passage.rerank_score, text,
+                          passage.start, passage.start + len(text), cut=True)
+            cut.tokens = await self._tokens(cut)
+            if cut.tokens <= room:
+                best, lo = cut, mid + 1
+            else:
+                hi = mid - 1
+        return best
+
+    async def _final(self, taken: list[_Taken], owners: list[tuple[Candidate, _Taken]],
+                     entries: list[_Entry]) -> Packed:
+        """Order, number, render and count exactly; leave out the lowest-scored passage while over budget
+        (its candidates, and those merged into it, then count as ``budget``)."""
+        kept = list(taken)
+        while True:
+            ordered = arrange([t.passage for t in kept], self.options.order)
+            for number, p in enumerate(ordered, 1):
+                p.number = number
+            rendered = [self.options.template.render(p.render_values(p.number)) for p in ordered]
+            context = SEPARATOR.join(rendered)
+            tokens = await self.counter.count(context) if context else 0
+            if tokens <= self.options.budget:
+                break
+            kept.remove(min(kept, key=lambda t: t.passage.score))
+        for p, text in zip(ordered, rendered, strict=True):
+            p.tokens = await self.counter.count(text)
+        dropped = []
+        for candidate, owner in owners:
+            if owner.current() not in kept:
+                dropped.append(Dropped(candidate, "budget"))
+        for e in entries:
+            holder = e.holder.current() if e.holder is not None else None
+            if holder is not None and holder not in kept:
+                dropped.append(Dropped(e.candidate, "budget" if e.reason == "merged" else e.reason))
+            else:
+                dropped.append(Dropped(e.candidate, e.reason, holder.passage if holder is not None else None))
+        return Packed(ordered, context, tokens, dropped)
+
+
+def arrange(passages: Sequence[Passage], order: Order) -> list[Passage]:
+    """Documents by their best passage (or best at both ends for ``edges``), each document's passages
+    together in document order."""
+    by_doc: dict[tuple[str, str | None, str], list[Passage]] = {}
+    for p in passages:
+        by_doc.setdefault(p.doc, []).append(p)
+    docs = sorted(by_doc.values(), key=lambda ps: -max(p.score for p in ps))
+    if order == "edges":
+        front, back = docs[0::2], docs[1::2]
+        docs = front + back[::-1]
+    out: list[Passage] = []
+    for ps in docs:
+        out.extend(sorted(ps, key=lambda p: (p.start if p.start is not None else -1, p.first.chunk_index)))
+    return out
