@@ -365,6 +365,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from service.evaluation.runner import evaluate_service, format_table
 
     url, key = _api(args)
+    if args.context:
+        cmd_eval_context(args, url, key)
+        return
     modes = args.mode or [None]
     reports = asyncio.run(evaluate_service(
         url, key, BeirDataset(Path(args.dataset)), args.collection, split=args.split, modes=modes,
@@ -374,6 +377,24 @@ def cmd_eval(args: argparse.Namespace) -> None:
         print(json.dumps([r.__dict__ for r in reports], indent=2))
     else:
         print(format_table(reports))
+
+
+def cmd_eval_context(args: argparse.Namespace, url: str, key: str) -> None:
+    from service.evaluation.context_eval import evaluate_context
+    from service.evaluation.context_metrics import format_context_table
+    from service.profiles import default_checkpoint, get_profile
+
+    settings = _settings(args)
+    tokenizer = Path(args.tokenizer_path or settings.runners.embed_model_path
+                     or default_checkpoint(get_profile(settings.profile).embedding)) / "tokenizer.json"
+    options = {"neighbours": args.neighbours} if args.neighbours is not None else {}
+    rows = asyncio.run(evaluate_context(url, key, Path(args.dataset), args.collection, tokenizer_file=tokenizer,
+                                        split=args.split, budget=args.budget, chunk_tokens=args.chunk_tokens,
+                                        options=options))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(format_context_table(rows))
 
 
 def cmd_tune_fusion(args: argparse.Namespace) -> None:
@@ -552,6 +573,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="search mode(s) to evaluate: dense, sparse, hybrid, hybrid:rrf, hybrid:dbsf (repeatable)")
     p.add_argument("--rerank", action="store_true")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--context", action="store_true",
+                   help="evaluate POST /v1/context beside plain packing of /v1/search's hits (docs/context.md)")
+    p.add_argument("--budget", type=int, default=512, help="with --context: budget_tokens")
+    p.add_argument("--neighbours", type=int, default=None, help="with --context: neighbours (default the server's)")
+    p.add_argument("--chunk-tokens", type=int, default=64,
+                   help="with --context: chunk size when the collection is indexed here (default 64)")
+    p.add_argument("--tokenizer-path", default=None,
+                   help="with --context: the checkpoint folder whose tokenizer.json counts plain packing (default "
+                        "the embedding model's)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("tune-fusion", help="grid-search hybrid fusion settings on a training split")

@@ -19,6 +19,7 @@ from .inputs import Document, ImageArg, Message, chat_messages, document_body, i
 from .models import (
     ChatResult,
     Collection,
+    ContextResult,
     DeleteResult,
     Embeddings,
     Job,
@@ -294,6 +295,30 @@ class ClientBase:
             call = Call("POST", "/v1/search/upload", data={"request": json.dumps(body)},
                         files=[("image", image_bytes(image))])  # type: ignore[arg-type]
         return SearchResult.model_validate((yield from self._json(call)))
+
+    @operation
+    def context(self, collection: str | Sequence[str], query: str | None = None, *, budget_tokens: int,
+                messages: Sequence[Message] | None = None, filter: Mapping[str, Any] | None = None,
+                mode: Mode | None = None, rerank: bool | None = None, candidates: int | None = None,
+                neighbours: int | None = None, tokenizer: str | None = None,
+                order: Literal["score", "edges"] | None = None, template: str | None = None,
+                overflow: Literal["cut", "skip"] | None = None) -> Operation[ContextResult]:
+        """A budgeted, de-duplicated, cited context for ``query`` or a conversation (``messages``, exactly one
+        of the two) from one collection or several."""
+        body: dict[str, Any] = {"budget_tokens": budget_tokens}
+        if isinstance(collection, str):
+            body["collection"] = collection
+        else:
+            body["collections"] = list(collection)
+        if messages is not None:
+            body["messages"] = chat_messages(messages, None)
+        options = {"query": query, "filter": dict(filter) if filter else None, "mode": mode,
+                   "candidates": candidates, "neighbours": neighbours, "tokenizer": tokenizer, "order": order,
+                   "template": template, "overflow": overflow}
+        body.update({k: v for k, v in options.items() if v is not None})
+        if rerank is not None:
+            body["rerank"] = {"enabled": rerank}
+        return ContextResult.model_validate((yield from self._json(Call("POST", "/v1/context", json=body))))
 
     # --- generation ---------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ fields the server adds later are ignored rather than refused, so an older client
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -158,6 +158,45 @@ class SearchResult(_Model):
     hits: list[SearchHit]
     timings_ms: dict[str, float]
     """Milliseconds per stage; the query's vector is ``embed`` (the runner) or ``embed_cache`` (the API's cache)."""
+
+
+class ContextPassage(_Model):
+    """One passage of a context: ``text`` is its document's text at ``location``'s offsets."""
+
+    number: int
+    collection: str
+    doc_id: str
+    chunk_indexes: list[int]
+    text: str
+    location: dict[str, Any] | None = None
+    metadata: dict[str, Any] = {}
+    score: float
+    rerank_score: float | None = None
+    tokens: int
+    cut: bool = False
+
+
+class DroppedCandidate(_Model):
+    collection: str
+    doc_id: str
+    chunk_index: int
+    score: float
+    reason: Literal["duplicate", "budget", "merged"]
+    passage: int | None = None
+
+
+class ContextResult(_Model):
+    """POST /v1/context: ``context`` is the rendered text, ``tokens`` its count with ``tokenizer``."""
+
+    context: str
+    tokens: int
+    tokenizer: str
+    query_used: str
+    generated_query: str | None = None
+    reranked: bool
+    passages: list[ContextPassage]
+    dropped: list[DroppedCandidate]
+    timings_ms: dict[str, float]
 
 
 class Citation(_Model):
