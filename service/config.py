@@ -365,7 +365,7 @@ class ContextSettings(BaseModel):
     max_collections: int = Field(8, ge=1, description="Collections one request may name (422 "
                                  "too_many_collections).")
     duplicate_threshold: float = Field(
-        0.5, gt=0, le=1, description="A candidate whose word 3-grams are at least this share repeated in passages "
+        0.3, gt=0, le=1, description="A candidate whose word 3-grams are at least this share repeated in passages "
         "of other documents already taken is left out as a duplicate.",
     )
     overflow: Literal["cut", "skip"] = Field(

@@ -83,7 +83,7 @@ class PackOptions:
     neighbours: int = 0
     order: Order = "score"
     overflow: Overflow = "cut"
-    duplicate_threshold: float = 0.5
+    duplicate_threshold: float = 0.3
 
 
 class Packer:
