@@ -183,9 +183,24 @@ class GenerationSettings(BaseModel):
     query_max_tokens: int = Field(64, description="Length of the retrieval query written from an image.")
     system_prompt: str | None = Field(None, description="Override the grounded-answer system prompt.")
     context_top_k: int = Field(5, ge=1, description="Context chunks in a grounded prompt when a request sets none.")
-    context_max_chars: int = Field(
-        12_000, ge=1, description="Context text in one grounded prompt; passages past it are cut or left out."
+    context_budget_tokens: int | None = Field(
+        None, ge=1, description="Tokens of context in a grounded prompt when a request sets none (counted with the "
+        "generator's tokenizer, shrunk to what the window leaves). Unset: 2048, or "
+        "RAGSERVE_GENERATION__CONTEXT_MAX_CHARS / 4 where that deprecated setting is given.",
     )
+    context_max_chars: int = Field(
+        12_000, ge=1, description="Deprecated: the context's size in characters, before budgets were counted in "
+        "tokens. Still accepted; where RAGSERVE_GENERATION__CONTEXT_BUDGET_TOKENS is unset it sets the budget to "
+        "a quarter of it in tokens.",
+    )
+
+    def context_budget(self) -> int:
+        """The grounded prompt's context budget in tokens: the setting, else the deprecated alias's, else 2048."""
+        if self.context_budget_tokens is not None:
+            return self.context_budget_tokens
+        if "context_max_chars" in self.model_fields_set:
+            return max(self.context_max_chars // 4, 1)
+        return 2048
 
     @field_validator("max_lora_rank")
     @classmethod
@@ -374,6 +389,13 @@ class ContextSettings(BaseModel):
     )
     rrf_k: int = Field(60, ge=1, description="Rank constant of the reciprocal-rank merge of several collections' "
                        "candidates when no reranker scored them all.")
+    rewrite: bool = Field(
+        True, description="With a generator: rewrite a conversation (`messages` with earlier turns) into one "
+        "standalone question before retrieving (a request's `rewrite: false` turns it off). On a CPU host it costs "
+        "a short generation per request; without a generator the documented rule is used (docs/context.md).",
+    )
+    rewrite_timeout_s: float = Field(10.0, gt=0, description="Deadline of the rewrite; past it the rule is used.")
+    rewrite_max_tokens: int = Field(64, ge=1, description="Length of the rewritten question, in tokens.")
 
 
 class QueryCacheSettings(BaseModel):

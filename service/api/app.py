@@ -41,6 +41,7 @@ from service.clients.factory import Transports, embedding_client, generation_cli
 from service.clients.generation import GenerationClient
 from service.clients.rerank import RerankClient
 from service.config import Settings
+from service.context.rewrite import QueryRewriter
 from service.context.service import ContextService
 from service.context.tokens import Tokenizers, counter_for
 from service.documents.writer import DocumentWriter
@@ -96,14 +97,18 @@ async def build_services(
     )
     retrieval = Retrieval(search_service, media, image_queries, settings.limits,
                           observe_stage=metrics.observe_stage)
+    cs = settings.context
+    rewriter = None if generator is None else QueryRewriter(
+        generator, timeout_s=cs.rewrite_timeout_s, max_tokens=cs.rewrite_max_tokens,
+        max_chars=settings.limits.max_query_chars)
     context_service = ContextService(retrieval, store, tokenizers(settings, profile, embedder, reranker, generator),
-                                     settings.context, observe_stage=metrics.observe_stage)
+                                     cs, rewriter=rewriter, observe_stage=metrics.observe_stage)
     services = Services(
         settings, profile, store, embedder, reranker, search_service, writer, metrics, jobs, fetcher, media,
         retrieval, context_service, generator,
     )
     if generator is not None:
-        services.chat = ChatHandler(generator, media, retrieval, settings, observe_stage=metrics.observe_stage)
+        services.chat = ChatHandler(generator, media, context_service, settings, observe_stage=metrics.observe_stage)
     metrics.replicas.watch(
         r.runner for r in (services.embedder, services.reranker, services.generator) if r is not None
     )

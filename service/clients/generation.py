@@ -46,6 +46,14 @@ class GenerationClient:
                                               idempotent=False, affinity=_affinity(body))
         return self._checked(payload)
 
+    async def complete_query(self, body: dict[str, Any], *, timeout_s: float) -> str:
+        """A whole completion's text in the query lane, within ``timeout_s`` (slot wait included): a short
+        generation a search waits for (a conversation's rewritten question). Greedy decoding gives the same
+        answer again, so a 5xx or a lost connection is retried inside the deadline."""
+        payload = await self.runner.post_json("/v1/chat/completions", {**body, "stream": False}, lane="query",
+                                              idempotent=True, timeout_s=timeout_s, affinity=_affinity(body))
+        return self._text(self._checked(payload))
+
     async def complete_bulk(self, body: dict[str, Any], *, timeout_s: float, idempotent: bool = False) -> str:
         """A whole completion's text, sent in the bulk lane (the indexer's pictures): at most
         ``bulk_max_inflight`` of them in flight, so chat's queries never queue behind a job, routed by the same

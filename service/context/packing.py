@@ -84,6 +84,8 @@ class PackOptions:
     order: Order = "score"
     overflow: Overflow = "cut"
     duplicate_threshold: float = 0.3
+    max_passages: int | None = None
+    """Take no more passages than this (a candidate that would make one more is left out as ``budget``)."""
 
 
 class Packer:
@@ -131,6 +133,8 @@ class Packer:
                 if not meeting:
                     if attempt is tries[0] and self._duplicate(attempt, taken, candidate, dropped):
                         break
+                    if opts.max_passages is not None and len(taken) >= opts.max_passages:
+                        break
                     attempt.tokens = await self._tokens(attempt)
                     if attempt.tokens <= opts.budget - used - (self._separator if taken else 0):
                         placed = _Taken(attempt, shingles(attempt.text))
@@ -150,7 +154,8 @@ class Packer:
                     dropped.append(_Entry(candidate, "merged", placed))
                     break
             else:
-                if opts.overflow == "cut" and not any(overlaps(t.passage, bare) for t in same_doc):
+                full = opts.max_passages is not None and len(taken) >= opts.max_passages
+                if opts.overflow == "cut" and not full and not any(overlaps(t.passage, bare) for t in same_doc):
                     room = opts.budget - used - (self._separator if taken else 0)
                     cut = await self._cut(bare, room)
                     if cut is not None:

@@ -22,9 +22,11 @@ from service.config import ContextSettings
 from service.context.conversation import conversation_query
 from service.context.packing import Dropped, Order, Overflow, Packer, PackOptions
 from service.context.passages import Candidate, Passage, doc_key, span
+from service.context.rewrite import REWRITE_PROMPT_VERSION, QueryRewriter
 from service.context.template import DEFAULT_TEMPLATE, Template
 from service.context.tokens import Tokenizers
 from service.errors import InvalidInput
+from service.media.images import PreparedImage
 from service.media.service import ImageInput
 from service.search.retrieval import Params, Retrieval, RetrievalRequest
 from service.search.service import SearchResult
@@ -39,7 +41,7 @@ StageObserver = Callable[[str, float], None]
 class Turn:
     role: str
     text: str
-    image: ImageInput | None = None
+    image: ImageInput | PreparedImage | None = None
     """The turn's (last) image, for the last user turn's image -> query path."""
 
 
@@ -63,6 +65,19 @@ class ContextRequest:
     order: Order = "score"
     template: str | None = None
     overflow: Overflow | None = None
+    rewrite: bool | None = None
+    """Rewrite a conversation with the generator (None: ``RAGSERVE_CONTEXT__REWRITE``)."""
+    max_passages: int | None = None
+    """At most this many passages (grounded chat's ``top_k``); None: as many as the budget holds."""
+
+
+@dataclass(frozen=True)
+class QueryRewrite:
+    """How a conversation's query was made: by the generator (``used``), or by the rule, and why."""
+
+    used: bool
+    fallback: str | None = None
+    prompt_version: int = REWRITE_PROMPT_VERSION
 
 
 @dataclass
@@ -78,12 +93,15 @@ class ContextResult:
     """How candidates of several collections were ordered: ``rerank`` or ``rrf``."""
     generated_query: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    rewrite: QueryRewrite | None = None
+    """For a conversation with earlier turns and a generator: what the rewrite did."""
 
 
 class ContextService:
     def __init__(self, retrieval: Retrieval, store: VectorStore, tokenizers: Tokenizers, settings: ContextSettings,
-                 *, observe_stage: StageObserver | None = None) -> None:
+                 *, rewriter: QueryRewriter | None = None, observe_stage: StageObserver | None = None) -> None:
         self.retrieval = retrieval
+        self.rewriter = rewriter
         self.store = store
         self.tokenizers = tokenizers
         self.settings = settings
@@ -100,11 +118,11 @@ class ContextService:
         if len(collections) > cfg.max_collections:
             raise InvalidInput(f"more than {cfg.max_collections} collections", code="too_many_collections",
                                param="collections")
-        text, image, params = self._question(request)
+        timings: dict[str, float] = {}
+        text, image, params, rewrite = await self._question(request, timings)
         candidates = cfg.candidates if request.candidates is None else request.candidates
         query = self.retrieval.check(query=text, top_k=candidates, rerank_candidates=request.rerank_candidates,
                                      has_image=image is not None, params=params)
-        timings: dict[str, float] = {}
         generated = None
         if image is not None:
             written = await self.retrieval.image_query(image, query)
@@ -133,7 +151,7 @@ class ContextService:
         timings["pack"] = self._stage("pack", t)
         timings["total"] = _ms(started)
         return ContextResult(packed.context, packed.passages, packed.tokens, counter.name, query, packed.dropped,
-                             reranked, merge, generated, timings)
+                             reranked, merge, generated, timings, rewrite)
 
     async def _packer(self, request: ContextRequest) -> tuple[Packer, Any]:
         cfg = self.settings
@@ -149,6 +167,7 @@ class ContextService:
         packer = Packer(counter, PackOptions(
             budget=request.budget_tokens, template=template, neighbours=neighbours, order=request.order,
             overflow=request.overflow or cfg.overflow, duplicate_threshold=cfg.duplicate_threshold,
+            max_passages=request.max_passages,
         ))
         least = await packer.min_budget()
         if request.budget_tokens < least:
@@ -156,19 +175,31 @@ class ContextService:
                                f"{counter.name}'s tokens", code="budget_too_small", param="budget_tokens")
         return packer, counter
 
-    def _question(self, request: ContextRequest) -> tuple[str, ImageInput | None, Params]:
-        """The text to retrieve for, the last user turn's image, and where they sit in the request."""
+    async def _question(self, request: ContextRequest, timings: dict[str, float],
+                        ) -> tuple[str, ImageInput | PreparedImage | None, Params, QueryRewrite | None]:
+        """The text to retrieve for, the last user turn's image, where they sit in the request, and what the
+        rewrite did."""
         if (request.query is None) == (request.messages is None):
             raise InvalidInput("send exactly one of query and messages", code="query_or_messages", param="query")
         if request.query is not None:
-            return request.query, None, Params(query="query", top_k="candidates")
+            return request.query, None, Params(query="query", top_k="candidates"), None
         turns = request.messages or []
         users = [t for t in turns if t.role == "user"]
         if not users:
             raise InvalidInput("messages has no user turn to retrieve context for", code="no_user_turn",
                                param="messages")
+        params = Params(query="messages", top_k="candidates")
         built = conversation_query([t.text for t in users], max_chars=self.retrieval.limits.max_query_chars)
-        return built.query, users[-1].image, Params(query="messages", top_k="candidates")
+        history = [t for t in turns[:-1] if t.role in ("user", "assistant") and t.text.strip()]
+        wanted = self.settings.rewrite if request.rewrite is None else request.rewrite
+        if self.rewriter is None or not wanted or not history or not users[-1].text.strip():
+            return built.query, users[-1].image, params, None
+        started = time.perf_counter()
+        rewritten = await self.rewriter.rewrite([(t.role, t.text) for t in turns if t.role in ("user", "assistant")])
+        timings["rewrite"] = self._stage("rewrite", started)
+        if rewritten.query is None:
+            return built.query, users[-1].image, params, QueryRewrite(False, rewritten.fallback)
+        return rewritten.query, users[-1].image, params, QueryRewrite(True)
 
     async def _neighbours(self, ranked: Sequence[Candidate], n: int,
                           tenant: Tenant | None) -> dict[tuple[str, str | None, str], dict[int, Hit]]:

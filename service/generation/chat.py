@@ -24,6 +24,7 @@ from typing import Any
 
 from service.clients.generation import GenerationClient
 from service.config import Settings
+from service.context.service import ContextRequest, ContextService, Turn
 from service.errors import InvalidInput, RagserveError
 from service.generation.citations import Citation, build_citations, mark_cited
 from service.generation.prompts import GROUNDED_SYSTEM_PROMPT, grounded_messages, text_of
@@ -31,7 +32,7 @@ from service.generation.request import ChatRequest, ImageContent
 from service.media.images import PreparedImage
 from service.media.service import ImageInput, MediaService
 from service.observability.tracing import stage, tracer
-from service.search.retrieval import Params, Retrieval, RetrievalRequest
+from service.search.retrieval import Params
 from service.store.tenancy import Tenant
 
 StageObserver = Callable[[str, float], None]
@@ -56,14 +57,14 @@ class ChatHandler:
         self,
         generator: GenerationClient,
         media: MediaService,
-        retrieval: Retrieval,
+        context: ContextService,
         settings: Settings,
         *,
         observe_stage: StageObserver | None = None,
     ) -> None:
         self.generator = generator
         self.media = media
-        self.retrieval = retrieval
+        self.context = context
         self.settings = settings
         self._observe = observe_stage or (lambda stage, seconds: None)
 
@@ -181,6 +182,8 @@ class ChatHandler:
         self, request: ChatRequest, prepared: PreparedChat, image: PreparedImage | None,
         tenant: Tenant | None, cache_partition: str | None,
     ) -> None:
+        """The prompt's context is ``/v1/context``'s for this conversation (the same passages, numbering and
+        template), in a budget that leaves the conversation and the answer room in the generator's window."""
         options = request.grounding
         assert options is not None
         messages = prepared.body["messages"]
@@ -190,34 +193,51 @@ class ChatHandler:
         gen = self.settings.generation
         question = text_of(messages[-1])
         top_k = options.top_k or gen.context_top_k
-        query = self.retrieval.check(query=question, top_k=top_k, rerank_candidates=options.rerank_candidates,
+        self.context.retrieval.check(query=question, top_k=top_k, rerank_candidates=options.rerank_candidates,
                                      has_image=image is not None, params=CHAT_PARAMS)
-        timings: dict[str, float] = {}
-        generated = None
-        if image is not None:
-            written = await self.retrieval.image_query(image, query)
-            timings["image_query"] = written.timings_ms["image_query"]
-            query, generated = written.query, written.generated
-        collections = list(dict.fromkeys(options.collections))
-        request = RetrievalRequest(collection="", query=query, top_k=top_k, filter=options.filter,
-                                   rerank=options.rerank, rerank_candidates=options.rerank_candidates)
-        started = time.perf_counter()
-        results = await self.retrieval.search_collections(request, query, collections, tenant=tenant,
-                                                          cache_partition=cache_partition)
-        timings["retrieve"] = self._stage("retrieve", started)
-        # One reranker (or one embedder) scored every hit against the same query: the scores compare.
-        ranked = sorted(((name, hit) for name, result in zip(collections, results, strict=True) for hit in result.hits),
-                        key=lambda pair: pair[1].score, reverse=True)[:top_k]
-        citations, passages = build_citations(ranked, max_chars=gen.context_max_chars)
         system_prompt = gen.system_prompt or GROUNDED_SYSTEM_PROMPT
+        budget = await self._budget(options.budget_tokens, messages, system_prompt, prepared.body["max_tokens"])
+        turns = [Turn(m["role"], text_of(m), image if i == len(messages) - 1 else None)
+                 for i, m in enumerate(messages) if m["role"] != "system"]
+        result = await self.context.assemble(ContextRequest(
+            collections=list(options.collections), budget_tokens=budget, messages=turns, filter=options.filter,
+            rerank=options.rerank, rerank_candidates=options.rerank_candidates, max_passages=top_k,
+            rewrite=options.rewrite,
+        ), tenant=tenant, cache_partition=cache_partition)
         prepared.body["messages"] = grounded_messages(
-            messages, passages, question or "What does the image show?", system_prompt=system_prompt
+            messages, result.context, question or "What does the image show?", system_prompt=system_prompt
         )
-        prepared.citations = citations
+        prepared.citations = build_citations(result.passages)
         prepared.retrieval = {
-            "collections": collections, "query": query, "generated_query": generated,
-            "reranked": any(r.reranked for r in results), "timings_ms": timings,
+            "collections": list(dict.fromkeys(options.collections)), "query": result.query_used,
+            "generated_query": result.generated_query, "reranked": result.reranked, "timings_ms": result.timings_ms,
+            "budget_tokens": budget, "tokens": result.tokens, "tokenizer": result.tokenizer,
         }
+        if result.rewrite is not None:
+            prepared.retrieval["rewrite"] = {"used": result.rewrite.used, "fallback": result.rewrite.fallback,
+                                             "prompt_version": result.rewrite.prompt_version}
+
+    async def _budget(self, asked: int | None, messages: list[dict[str, Any]], system_prompt: str,
+                      max_tokens: int) -> int:
+        """The context's budget: the request's (``ragserve.budget_tokens``), refused when it, the conversation
+        and ``max_tokens`` together pass the generator's window; else the deployment's, shrunk to what the
+        window leaves. The conversation is counted as text (its images are not counted)."""
+        gen = self.settings.generation
+        window = gen.max_model_len
+        counter = self.context.tokenizers.get(None)
+        conversation = await counter.count("\n".join([system_prompt, *(text_of(m) for m in messages)]))
+        left = window - conversation - max_tokens
+        if asked is not None and asked > left:
+            raise InvalidInput(
+                f"budget_tokens {asked}, the conversation ({conversation} tokens) and max_tokens {max_tokens} "
+                f"together pass the generator's window of {window} tokens", code="context_window_exceeded",
+                param="ragserve.budget_tokens")
+        budget = asked if asked is not None else min(gen.context_budget(), left)
+        if budget < 1:
+            raise InvalidInput(f"the conversation ({conversation} tokens) and max_tokens {max_tokens} leave no room "
+                               f"for context in the generator's window of {window} tokens",
+                               code="context_window_exceeded", param="messages")
+        return budget
 
     def _stage(self, stage: str, started: float) -> float:
         seconds = time.perf_counter() - started

@@ -1,4 +1,5 @@
-"""The sources a grounded answer was given, numbered as the prompt numbers them, and which it cited.
+"""The sources a grounded answer was given, numbered as the prompt (the context of :mod:`service.context`) numbers
+them, and which it cited.
 
 Offsets come from the chunk's ``location`` as the indexer stores it (``char_start``/``char_end``,
 ``byte_start``/``byte_end``, ``page``, ``headings``, and ``slide``, ``sheet``, ``rows`` for Office
@@ -13,8 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.generation.prompts import ContextPassage
-from service.search.service import RankedHit
+from service.context.passages import Passage
 
 OFFSET_KEYS = ("char_start", "char_end", "byte_start", "byte_end")
 PLACE_KEYS = ("slide", "sheet", "rows", "picture", "source")
@@ -36,6 +36,8 @@ class Citation:
     """True when the answer refers to ``[number]``."""
     headings: list[str] | None = None
     rerank_score: float | None = None
+    chunk_indexes: list[int] = field(default_factory=list)
+    """The chunks the passage spans (``chunk_index`` is the first), as ``/v1/context`` reports them."""
     extra: dict[str, Any] = field(default_factory=dict)
     """More of the location, as stored: ``slide``, ``sheet``, ``rows``, ``picture``, and ``source`` (``ocr``: read by
     OCR; ``vision``: a picture's description)."""
@@ -45,6 +47,7 @@ class Citation:
             "number": self.number, "collection": self.collection, "doc_id": self.doc_id,
             "chunk_index": self.chunk_index, "id": self.id, "score": self.score,
             "rerank_score": self.rerank_score, "cited": self.cited, "text": self.text,
+            "chunk_indexes": self.chunk_indexes or [self.chunk_index],
         }
         if self.offsets:
             out["offsets"] = self.offsets
@@ -56,35 +59,24 @@ class Citation:
         return out
 
 
-def build_citations(
-    ranked: Sequence[tuple[str, RankedHit]], *, max_chars: int
-) -> tuple[list[Citation], list[ContextPassage]]:
-    """Number the hits 1..n in rank order, within a budget of ``max_chars`` of context text.
-
-    A passage that crosses the budget is cut; those after it are left out (and are not cited).
-    """
+def build_citations(passages: Sequence[Passage]) -> list[Citation]:
+    """A citation per passage of a context (:mod:`service.context.packing`), numbered as the context numbers
+    them: its text, and its offsets as the passage's location has them (a merged passage's whole run)."""
     citations: list[Citation] = []
-    passages: list[ContextPassage] = []
-    left = max_chars
-    for collection, ranked_hit in ranked:
-        if left <= 0:
-            break
-        hit = ranked_hit.hit
-        text = hit.text[:left]
-        left -= len(text)
-        number = len(citations) + 1
+    for p in passages:
+        hit = p.first
         given = hit.metadata.get("location")  # offsets a caller put in a document's own metadata
-        source = {**hit.metadata, **(given if isinstance(given, dict) else {}), **(hit.location or {})}
+        source = {**hit.metadata, **(given if isinstance(given, dict) else {}), **p.location()}
         offsets = {k: int(source[k]) for k in OFFSET_KEYS if isinstance(source.get(k), int)}
         page = source.get("page") if isinstance(source.get("page"), int) else None
         citations.append(Citation(
-            number=number, collection=collection, doc_id=hit.doc_id, chunk_index=hit.chunk_index, id=hit.id,
-            score=ranked_hit.score, rerank_score=ranked_hit.rerank_score, text=text, offsets=offsets or None,
-            page=page, headings=source.get("headings") if isinstance(source.get("headings"), list) else None,
+            number=p.number, collection=p.collection, doc_id=hit.doc_id, chunk_index=hit.chunk_index, id=hit.id,
+            score=p.score, rerank_score=p.rerank_score, text=p.text, offsets=offsets or None, page=page,
+            headings=source.get("headings") if isinstance(source.get("headings"), list) else None,
             extra={k: source[k] for k in PLACE_KEYS if source.get(k) is not None},
+            chunk_indexes=[h.chunk_index for h in p.chunks],
         ))
-        passages.append(ContextPassage(number, text))
-    return citations, passages
+    return citations
 
 
 def mark_cited(citations: Sequence[Citation], answer: str) -> None:

@@ -15,7 +15,6 @@ and only the context and question are computed again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 GROUNDED_SYSTEM_PROMPT = (
@@ -42,26 +41,20 @@ DESCRIBE_PROMPT_VERSION = 1
 (:mod:`indexer.vision`), so a new prompt describes every picture again, once."""
 
 
-@dataclass(frozen=True)
-class ContextPassage:
-    number: int
-    text: str
-
-
 QUESTION_SEPARATOR = "\n\nQuestion: "
 """Between the context and the question in a grounded user turn: what precedes it is the cacheable prefix
 (:mod:`service.generation.affinity` routes by it)."""
 
 
-def format_context(passages: Sequence[ContextPassage], question: str) -> str:
-    blocks = "\n\n".join(f"[{p.number}] {p.text}" for p in passages)
-    context = f"Context:\n{blocks}" if passages else "Context: (no passages were found)"
-    return f"{context}{QUESTION_SEPARATOR}{question}"
+def format_context(context: str, question: str) -> str:
+    """``context``: the numbered passages as ``/v1/context`` renders them."""
+    block = f"Context:\n{context}" if context else "Context: (no passages were found)"
+    return f"{block}{QUESTION_SEPARATOR}{question}"
 
 
 def grounded_messages(
     messages: Sequence[dict[str, Any]],
-    passages: Sequence[ContextPassage],
+    context: str,
     question: str,
     *,
     system_prompt: str = GROUNDED_SYSTEM_PROMPT,
@@ -76,7 +69,7 @@ def grounded_messages(
     history = [m for m in messages[:-1] if m["role"] != "system"]
     last = messages[-1]
     images = [p for p in _parts(last) if p.get("type") == "image_url"]
-    final = {"role": "user", "content": [*images, {"type": "text", "text": format_context(passages, question)}]}
+    final = {"role": "user", "content": [*images, {"type": "text", "text": format_context(context, question)}]}
     return [{"role": "system", "content": system}, *history, final]
 
 

@@ -33,7 +33,8 @@ class Turn:
 
 @dataclass(frozen=True)
 class Grounding:
-    """Retrieve context from these collections for the last user turn, and cite it."""
+    """Retrieve context from these collections for the conversation (``/v1/context``), and cite it; ``top_k``
+    is the most passages the prompt holds."""
 
     collections: list[str]
     top_k: int | None = None
@@ -41,6 +42,10 @@ class Grounding:
     rerank_candidates: int | None = None
     filter: dict[str, Any] | None = None
     """Plain filter conditions, as :func:`service.search.filters.build_filter` reads them."""
+    budget_tokens: int | None = None
+    """Tokens of context in the prompt (None: the deployment's, shrunk to what the window leaves)."""
+    rewrite: bool | None = None
+    """Rewrite the conversation into one question with the generator before retrieving (None: the default)."""
 
 
 @dataclass(frozen=True)

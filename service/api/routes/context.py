@@ -9,7 +9,13 @@ from service.api.deps import PrincipalDep, ServicesDep
 from service.api.json_body import JsonRoute
 from service.api.schemas.chat import ImagePart
 from service.api.schemas.common import filter_spec
-from service.api.schemas.context import ContextPassage, ContextRequest, ContextResponse, DroppedCandidate
+from service.api.schemas.context import (
+    ContextPassage,
+    ContextRequest,
+    ContextResponse,
+    DroppedCandidate,
+    QueryRewrite,
+)
 from service.api.schemas.errors import error_responses
 from service.context import service as use_case
 from service.errors import BadRequest
@@ -37,11 +43,13 @@ async def context(body: ContextRequest, services: ServicesDep, principal: Princi
         rerank=None if rerank is None else rerank.enabled, rerank_candidates=None if rerank is None else rerank.top_n,
         rerank_instruction=None if rerank is None else rerank.instruction, instruction=body.instruction,
         candidates=body.candidates, tokenizer=body.tokenizer, neighbours=body.neighbours, order=body.order,
-        template=body.template, overflow=body.overflow,
+        template=body.template, overflow=body.overflow, max_passages=body.max_passages, rewrite=body.rewrite,
     ), tenant=principal.tenant, cache_partition=partition_of(principal))
     return ContextResponse(
         context=result.context, tokens=result.tokens, tokenizer=result.tokenizer, query_used=result.query_used,
         generated_query=result.generated_query, reranked=result.reranked,
+        query_rewrite=None if result.rewrite is None else QueryRewrite(
+            used=result.rewrite.used, fallback=result.rewrite.fallback, prompt_version=result.rewrite.prompt_version),
         passages=[ContextPassage(
             number=p.number, collection=p.collection, doc_id=p.first.doc_id,
             chunk_indexes=[h.chunk_index for h in p.chunks], text=p.text, location=p.location() or None,

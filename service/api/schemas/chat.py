@@ -42,7 +42,14 @@ class RetrievalOptions(RequestModel):
     collections: list[Annotated[str, Field(pattern=COLLECTION_NAME)]] = Field(
         min_length=1, max_length=8, description="Collections to retrieve context from."
     )
-    top_k: JsonInt | None = Field(None, ge=1, description="Context passages in the prompt (default 5).")
+    top_k: JsonInt | None = Field(None, ge=1, description="Context passages in the prompt, at most (default 5).")
+    budget_tokens: JsonInt | None = Field(
+        None, ge=1, description="Tokens of context in the prompt, counted with the generator's tokenizer (default "
+        "RAGSERVE_GENERATION__CONTEXT_BUDGET_TOKENS, shrunk to what the window leaves); with the conversation and "
+        "max_tokens it must fit the generator's window (422 context_window_exceeded).")
+    rewrite: bool | None = Field(
+        None, description="Rewrite the conversation into one standalone question before retrieving (default "
+        "RAGSERVE_CONTEXT__REWRITE).")
     rerank: bool | None = Field(None, description="Rerank candidates (default: when a reranker is configured).")
     rerank_candidates: JsonInt | None = Field(None, ge=1, description="Vector candidates handed to the reranker.")
     filter: Filter | None = Field(None, description="Metadata conditions, as in /v1/search.")
@@ -81,6 +88,7 @@ class ChatCompletionRequest(RequestModel):
         grounding = None if options is None else Grounding(
             collections=list(options.collections), top_k=options.top_k, rerank=options.rerank,
             rerank_candidates=options.rerank_candidates, filter=filter_spec(options.filter),
+            budget_tokens=options.budget_tokens, rewrite=options.rewrite,
         )
         return ChatRequest(
             turns=[Turn(m.role, _content(m.content)) for m in self.messages],

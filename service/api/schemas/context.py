@@ -43,6 +43,12 @@ class ContextRequest(RequestModel):
         None, max_length=1000, description="How each passage is written: the placeholders {number}, {title}, "
         "{source}, {page} and {text} (both {number} and {text} required), literal braces doubled. Default "
         "\"[{number}] {title}\\n{text}\". Passages are separated by a blank line.")
+    max_passages: JsonInt | None = Field(
+        None, ge=1, description="At most this many passages (grounded chat's `ragserve.top_k`); default: as many "
+        "as the budget holds.")
+    rewrite: bool | None = Field(
+        None, description="With a generator: rewrite a conversation with earlier turns into one standalone "
+        "question first (default RAGSERVE_CONTEXT__REWRITE); false uses the rule. No effect without a generator.")
     overflow: Literal["cut", "skip"] | None = Field(
         None, description="A passage that does not fit whole: cut at a sentence boundary, or skipped for later "
         "ones (default RAGSERVE_CONTEXT__OVERFLOW, cut).")
@@ -81,12 +87,21 @@ class DroppedCandidate(BaseModel):
     passage: int | None = Field(None, description="The passage it repeats or was merged into.")
 
 
+class QueryRewrite(BaseModel):
+    used: bool = Field(description="The generator's question was searched for; false: the rule's, see `fallback`.")
+    fallback: str | None = Field(None, description="Why the rule was used: empty, too_long, timeout, failed: <code>.")
+    prompt_version: int = Field(description="The version of the rewrite prompt.")
+
+
 class ContextResponse(BaseModel):
     context: str = Field(description="The rendered passages, separated by a blank line.")
     tokens: int = Field(description="Tokens of `context`, counted with `tokenizer`: never over `budget_tokens`.")
     tokenizer: str
     query_used: str = Field(description="What was searched for.")
     generated_query: str | None = Field(None, description="With an image: what the VL model wrote.")
+    query_rewrite: QueryRewrite | None = Field(
+        None, description="For a conversation with earlier turns, where the deployment has a generator and the "
+        "rewrite is on: what it did.")
     reranked: bool
     passages: list[ContextPassage]
     dropped: list[DroppedCandidate]

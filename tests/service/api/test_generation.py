@@ -124,8 +124,8 @@ async def test_grounded_answer_with_citations_and_a_prefix_friendly_prompt(vl_se
     text = user["content"][1]["text"]
     assert text.startswith("Context:\n[1] ") and "\n\n[2] " in text
     assert text.endswith("Question: How do I reset the router?")
-    for c in citations:
-        assert f"[{c['number']}] {c['text']}" in text
+    for c in citations:  # /v1/context's rendering: "[n] title" (the doc id without a title), then the text
+        assert f"[{c['number']}] {c['doc_id']}\n{c['text']}" in text
 
 
 async def test_streamed_answer_ends_with_citations(vl_settings: Settings) -> None:
@@ -343,7 +343,8 @@ async def test_a_grounded_stream_is_relayed_event_by_event_then_its_citations(tm
     ((part,),) = [user["content"]]
     text = part["text"]
     assert part["type"] == "text" and text.endswith("Question: How do I reset the router?")
-    assert text.startswith("Context:\n" + "\n\n".join(f"[{c['number']}] {c['text']}" for c in citations))
+    assert text.startswith("Context:\n" + "\n\n".join(f"[{c['number']}] {c['doc_id']}\n{c['text']}"
+                                                       for c in citations))
 
 
 async def test_a_client_that_hangs_up_closes_the_runners_stream(tmp_path: Path) -> None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from service.generation.affinity import prefix_key
-from service.generation.prompts import ContextPassage, grounded_messages, image_query_messages
+from service.generation.prompts import grounded_messages, image_query_messages
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
 OTHER_IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,BBBB"}}
-PASSAGES = [ContextPassage(1, "alpha"), ContextPassage(2, "beta")]
+PASSAGES = "[1] alpha\n\n[2] beta"
 
 
-def grounded(question: str, passages: list[ContextPassage] = PASSAGES, image: dict | None = IMAGE) -> list[dict]:  # type: ignore[type-arg]
+def grounded(question: str, passages: str = PASSAGES, image: dict | None = IMAGE) -> list[dict]:  # type: ignore[type-arg]
     parts: list[dict] = [{"type": "text", "text": question}, *([image] if image else [])]  # type: ignore[type-arg]
     return grounded_messages([{"role": "system", "content": "Be brief."}, {"role": "user", "content": parts}],
                              passages, question)
@@ -22,7 +22,7 @@ def test_grounded_questions_on_the_same_context_share_a_key() -> None:
 
 def test_the_context_the_image_and_the_system_prompt_are_in_the_key() -> None:
     key = prefix_key(grounded("q"))
-    assert prefix_key(grounded("q", [ContextPassage(1, "gamma")])) != key
+    assert prefix_key(grounded("q", "[1] gamma")) != key
     assert prefix_key(grounded("q", image=OTHER_IMAGE)) != key
     assert prefix_key(grounded("q", image=None)) != key
     other_system = grounded("q")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from service.generation.prompts import (
     GROUNDED_SYSTEM_PROMPT,
-    ContextPassage,
     grounded_messages,
     image_query_messages,
 )
@@ -22,7 +21,7 @@ def _conversation(question: str) -> list[dict]:
 
 
 def test_grounded_layout() -> None:
-    messages = grounded_messages(_conversation("What is it?"), [ContextPassage(1, "alpha"), ContextPassage(2, "beta")],
+    messages = grounded_messages(_conversation("What is it?"), "[1] alpha\n\n[2] beta",
                                  "What is it?")
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[0]["content"] == GROUNDED_SYSTEM_PROMPT + "\n\nBe brief."
@@ -32,15 +31,15 @@ def test_grounded_layout() -> None:
 
 
 def test_two_questions_about_the_same_image_share_the_longest_prefix() -> None:
-    a = grounded_messages(_conversation("Q1"), [ContextPassage(1, "one")], "Q1")
-    b = grounded_messages(_conversation("Q2"), [ContextPassage(1, "two")], "Q2")
+    a = grounded_messages(_conversation("Q1"), "[1] one", "Q1")
+    b = grounded_messages(_conversation("Q2"), "[1] two", "Q2")
     assert a[:-1] == b[:-1]
     assert a[-1]["content"][0] == b[-1]["content"][0]  # the image part too
     assert a[-1]["content"][1] != b[-1]["content"][1]
 
 
 def test_no_passages_is_said_plainly() -> None:
-    (_, user) = grounded_messages([{"role": "user", "content": "Q"}], [], "Q")
+    (_, user) = grounded_messages([{"role": "user", "content": "Q"}], "", "Q")
     assert user["content"][-1]["text"].startswith("Context: (no passages were found)")
 
 
