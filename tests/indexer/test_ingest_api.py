@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -171,7 +172,21 @@ async def test_cancel_a_running_job(settings: Settings, tmp_path: Path) -> None:
         while (await client.get(f"/v1/jobs/{job_id}")).json()["counts"]["documents_indexed"] == 0:  # noqa: ASYNC110
             assert asyncio.get_running_loop().time() < deadline, "the answered batches were never written"
             await asyncio.sleep(0.05)  # no event to wait on from outside the worker: its job record
+        # The worker learns of a cancel at its next heartbeat (every 5 s); the held batch is released only once
+        # it has: released at once, the rest of the job could finish first on a fast machine (it did, 2 runs in 3).
+        queue = client.services.jobs  # type: ignore[attr-defined]
+        heard = asyncio.Event()
+        beat = queue.heartbeat
+
+        async def heartbeat(*args: Any, **kwargs: Any) -> bool:
+            cancel = await beat(*args, **kwargs)
+            if cancel:
+                heard.set()  # the worker sets its own cancel event right after this returns, in the same step
+            return bool(cancel)
+
+        queue.heartbeat = heartbeat
         cancel = await client.delete(f"/v1/jobs/{job_id}")
+        await asyncio.wait_for(heard.wait(), patient(120))
         edge.release.set()
         job = await wait_for_job(client, job_id)
         points = (await client.get("/v1/collections/docs")).json()["points"]
