@@ -31,7 +31,14 @@ from indexer.spec import IngestOptions
 from service.api.schemas.errors import ErrorResponse
 from service.api.schemas.jobs import IngestRequest
 from service.config import Settings
-from service.documents.payload import ID_PATTERN, INT64_MAX, INT64_MIN, MAX_METADATA_DEPTH, TEXT_PATTERN
+from service.documents.payload import (
+    ID_PATTERN,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_METADATA_DEPTH,
+    NON_BLANK_TEXT_PATTERN,
+    TEXT_PATTERN,
+)
 from service.profiles import Profile, resolve_generator
 from service.sparse.languages import legacy_languages, qdrant_languages
 
@@ -91,6 +98,8 @@ def deployment_document(doc: Schema, settings: Settings, profile: Profile) -> Sc
         retrieval = props("RetrievalOptions")
         _first(retrieval["top_k"], "integer")["maximum"] = limits.max_top_k
         _first(retrieval["rerank_candidates"], "integer")["maximum"] = limits.max_rerank_candidates
+
+    _context_body(schemas, settings, profile, has_generator)
 
     schemas["MetadataValue"] = _metadata_value()
     for holder in (props("DocumentIn"), props("IngestOptions")):
@@ -168,6 +177,43 @@ def _ingest_body(paths: dict[str, dict[str, Schema]], schemas: dict[str, Schema]
     }
     operation = paths["/v1/collections/{name}/ingest"]["post"]
     operation["requestBody"] = {"required": True, "content": content}
+
+
+def _context_body(schemas: dict[str, Schema], settings: Settings, profile: Profile, has_generator: bool) -> None:
+    """/v1/context's limits, the served tokenizers' names, and the rules its fields keep together: exactly one of
+    ``query`` and ``messages``, a collection named one way or the other, a user turn in a conversation."""
+    body = schemas["ContextRequest"]
+    fields, limits, cs = body["properties"], settings.limits, settings.context
+    _set(_first(fields["candidates"], "integer"), maximum=limits.max_top_k)
+    _set(_first(fields["neighbours"], "integer"), maximum=cs.max_neighbours)
+    _set(fields["budget_tokens"], minimum=min(32, cs.max_budget_tokens), maximum=cs.max_budget_tokens)
+    fields["budget_tokens"]["description"] += " The default template's header always fits in 32."
+    _first(fields["query"], "string")["maxLength"] = limits.max_query_chars
+    _first(fields["collections"], "array")["maxItems"] = cs.max_collections
+    names = [profile.embedding.name, *([profile.reranker.name] if profile.reranker else [])]
+    generator = resolve_generator(profile, enabled=settings.generation.enabled, model=settings.generation.model)
+    if generator is not None:
+        names.append(generator.name)
+    _first(fields["tokenizer"], "string")["enum"] = names
+    template = _first(fields["template"], "string")
+    template["allOf"] = [{"pattern": r"\{number\}"}, {"pattern": r"\{text\}"}]
+    messages = _first(fields["messages"], "array")
+    # a user turn with words: the query is built from the user turns' text (an image alone needs a generator)
+    messages["contains"] = {"type": "object", "required": ["role", "content"], "properties": {
+        "role": {"const": "user"}, "content": {"type": "string", "pattern": NON_BLANK_TEXT_PATTERN}}}
+    if not has_generator:  # no image -> query path: a turn's parts are text only
+        message = dict(schemas["ChatMessage"])
+        text = _first(message["properties"]["content"], "string")
+        content = {"anyOf": [text, {"type": "array", "items": {"$ref": REF.format(model="TextPart")}},
+                             {"type": "null"}]}
+        messages["items"] = {**message, "properties": {**message["properties"], "content": content}}
+        body["properties"].pop("rewrite", None)
+
+    def present(name: str, type_: str) -> Schema:
+        return {"required": [name], "properties": {name: {"type": type_}}}
+
+    body["allOf"] = [{"oneOf": [present("query", "string"), present("messages", "array")]},
+                     {"oneOf": [present("collection", "string"), present("collections", "array")]}]
 
 
 def _metadata_value() -> Schema:
