@@ -124,6 +124,30 @@ def cmd_search(args: argparse.Namespace) -> None:
     print(f"timings (ms): {result.timings_ms}")
 
 
+def cmd_context(args: argparse.Namespace) -> None:
+    """The context on stdout (what a prompt gets); its sources and what was left out on stderr."""
+    with _client(args) as client:
+        result = client.context(args.collection, args.query, budget_tokens=args.budget,
+                                neighbours=args.neighbours, order=args.order,
+                                rerank=False if args.no_rerank else None)
+    if args.json:
+        print(result.model_dump_json(indent=2))
+        return
+    print(result.context)
+    err = sys.stderr
+    print(f"\n{result.tokens} tokens ({result.tokenizer}) for {result.query_used!r}", file=err)
+    for p in result.passages:
+        where = p.location or {}
+        span = f" chars {where['char_start']}-{where['char_end']}" if "char_start" in where else ""
+        span += f" p.{where['page']}" if "page" in where else ""
+        span += f" § {' > '.join(where['headings'])}" if where.get("headings") else ""
+        chunks = ",".join(map(str, p.chunk_indexes))
+        print(f"[{p.number}] {p.collection}/{p.doc_id}#{chunks}{span}  {p.tokens} tokens", file=err)
+    for d in result.dropped:
+        into = f" (passage [{d.passage}])" if d.passage is not None else ""
+        print(f"left out {d.collection}/{d.doc_id}#{d.chunk_index}: {d.reason}{into}", file=err)
+
+
 def cmd_delete(args: argparse.Namespace) -> None:
     """Delete the documents matching a filter; with --dry-run, only say which and how many."""
     try:
@@ -458,6 +482,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     api(p)
     p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("context", help="print a budgeted, cited context for a question (sources on stderr)")
+    p.add_argument("query")
+    p.add_argument("--collection", required=True)
+    p.add_argument("--budget", type=int, default=1000, help="budget_tokens (default 1000)")
+    p.add_argument("--neighbours", type=int, default=None)
+    p.add_argument("--order", choices=["score", "edges"], default=None)
+    p.add_argument("--no-rerank", action="store_true")
+    p.add_argument("--json", action="store_true")
+    api(p)
+    p.set_defaults(func=cmd_context)
 
     p = sub.add_parser("delete", help="delete every document matching a filter (--dry-run: count them first)")
     p.add_argument("--collection", required=True)

@@ -302,7 +302,8 @@ class ClientBase:
                 mode: Mode | None = None, rerank: bool | None = None, candidates: int | None = None,
                 neighbours: int | None = None, tokenizer: str | None = None,
                 order: Literal["score", "edges"] | None = None, template: str | None = None,
-                overflow: Literal["cut", "skip"] | None = None) -> Operation[ContextResult]:
+                overflow: Literal["cut", "skip"] | None = None, max_passages: int | None = None,
+                rewrite: bool | None = None) -> Operation[ContextResult]:
         """A budgeted, de-duplicated, cited context for ``query`` or a conversation (``messages``, exactly one
         of the two) from one collection or several."""
         body: dict[str, Any] = {"budget_tokens": budget_tokens}
@@ -314,7 +315,7 @@ class ClientBase:
             body["messages"] = chat_messages(messages, None)
         options = {"query": query, "filter": dict(filter) if filter else None, "mode": mode,
                    "candidates": candidates, "neighbours": neighbours, "tokenizer": tokenizer, "order": order,
-                   "template": template, "overflow": overflow}
+                   "template": template, "overflow": overflow, "max_passages": max_passages, "rewrite": rewrite}
         body.update({k: v for k, v in options.items() if v is not None})
         if rerank is not None:
             body["rerank"] = {"enabled": rerank}

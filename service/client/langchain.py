@@ -31,7 +31,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 
 from .aio import AsyncClient
-from .models import SearchResult
+from .models import ContextResult, SearchResult
 from .sync import Client
 
 Mode = Literal["dense", "sparse", "hybrid"]
@@ -136,3 +136,54 @@ class RagserveRetriever(BaseRetriever):
                                        **kwargs: Any) -> list[Document]:
         args = self._search_args(kwargs)
         return self._documents(await self._async().search(self.collection, query, **args))
+
+
+CONTEXT_CALL_ARGS = ("k", "top_k", "budget_tokens", "filter", "mode", "rerank", "neighbours")
+"""The keywords a context retriever's ``invoke``/``ainvoke`` take for one call."""
+
+
+class RagserveContextRetriever(RagserveRetriever):
+    """``POST /v1/context`` as a retriever: one ``Document`` per passage of a budgeted, de-duplicated context.
+
+    ::
+
+        retriever = RagserveContextRetriever(collection="kb", budget_tokens=1000, base_url=URL, api_key=KEY)
+        docs = retriever.invoke("how do I rotate keys?")            # passages in context order
+        docs = retriever.invoke("key rotation", k=2, neighbours=1)   # at most two passages
+
+    ``k`` (or ``top_k``) is the most passages a call returns (default: as many as ``budget_tokens`` holds). A
+    ``Document``'s text is the passage's text; its metadata holds the citation: ``number`` (its ``[n]``),
+    ``collection``, ``doc_id``, ``chunk_indexes``, ``location`` (offsets, page, headings) and ``tokens``, with
+    the document's own metadata; no per-query score is in the text."""
+
+    top_k: int | None = Field(default=None, ge=1)  # type: ignore[assignment]
+    budget_tokens: int = Field(default=1000, ge=1)
+    neighbours: int | None = Field(default=None, ge=0)
+
+    def _search_args(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(kwargs) - set(CONTEXT_CALL_ARGS) - set(LANGCHAIN_ARGS))
+        if unknown:
+            raise ValueError(f"RagserveContextRetriever does not take {', '.join(map(repr, unknown))}; "
+                             f"a call takes {', '.join(CONTEXT_CALL_ARGS)}")
+        given = kwargs.get("k") is not None or kwargs.get("top_k") is not None or self.top_k is not None
+        n = _one_count(kwargs.get("k"), kwargs.get("top_k"), self.top_k) if given else None
+        return {"max_passages": n, "budget_tokens": kwargs.get("budget_tokens", self.budget_tokens),
+                "filter": kwargs.get("filter", self.filter), "mode": kwargs.get("mode", self.mode),
+                "rerank": kwargs.get("rerank", self.rerank), "neighbours": kwargs.get("neighbours", self.neighbours)}
+
+    @staticmethod
+    def _passages(result: ContextResult) -> list[Document]:
+        return [Document(page_content=p.text, metadata={
+            **p.metadata, "number": p.number, "collection": p.collection, "doc_id": p.doc_id,
+            "chunk_indexes": p.chunk_indexes, "location": p.location, "tokens": p.tokens})
+            for p in result.passages]
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
+                                **kwargs: Any) -> list[Document]:
+        args = self._search_args(kwargs)
+        return self._passages(self._sync().context(self.collection, query, **args))
+
+    async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
+                                       **kwargs: Any) -> list[Document]:
+        args = self._search_args(kwargs)
+        return self._passages(await self._async().context(self.collection, query, **args))

@@ -29,7 +29,7 @@ from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from .aio import AsyncClient
-from .models import SearchHit, SearchResult
+from .models import ContextPassage, ContextResult, SearchHit, SearchResult
 from .sync import Client
 
 PREFIX = "ragserve_"
@@ -87,3 +87,42 @@ class RagserveRetriever(BaseRetriever):
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return self._nodes(await self._async_client.search(self.collection, query_bundle.query_str, **self._args()))
+
+
+def passage_node(passage: ContextPassage) -> TextNode:
+    """A context passage as a node: its text, the document's metadata, and the citation under ``ragserve_`` names
+    (``ragserve_number``, ``ragserve_chunk_indexes`` besides the search retriever's), kept from the LLM's view."""
+    ours = {f"{PREFIX}collection": passage.collection, f"{PREFIX}doc_id": passage.doc_id,
+            f"{PREFIX}number": passage.number, f"{PREFIX}chunk_indexes": passage.chunk_indexes,
+            f"{PREFIX}location": passage.location}
+    return TextNode(text=passage.text, metadata={**ours, **passage.metadata},
+                    excluded_llm_metadata_keys=list(ours), excluded_embed_metadata_keys=list(ours))
+
+
+class RagserveContextRetriever(RagserveRetriever):
+    """``POST /v1/context`` as a retriever: a ``NodeWithScore`` per passage of a budgeted, de-duplicated context,
+    in context order, scored by its best chunk. ``budget_tokens`` (default 1000); ``similarity_top_k`` (or
+    ``top_k``) is the most passages (default: as many as the budget holds)."""
+
+    def __init__(self, collection: str, *, budget_tokens: int = 1000, neighbours: int | None = None,
+                 similarity_top_k: int | None = None, top_k: int | None = None, **kwargs: Any) -> None:
+        limited = similarity_top_k is not None or top_k is not None
+        super().__init__(collection, similarity_top_k=similarity_top_k, top_k=top_k, **kwargs)
+        self.max_passages = self.similarity_top_k if limited else None
+        self.budget_tokens, self.neighbours = budget_tokens, neighbours
+
+    def _context_args(self) -> dict[str, Any]:
+        return {"budget_tokens": self.budget_tokens, "max_passages": self.max_passages, "filter": self.filter,
+                "mode": self.mode, "rerank": self.rerank, "neighbours": self.neighbours}
+
+    @staticmethod
+    def _passage_nodes(result: ContextResult) -> list[NodeWithScore]:
+        return [NodeWithScore(node=passage_node(p), score=p.score) for p in result.passages]
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return self._passage_nodes(self._client.context(self.collection, query_bundle.query_str,
+                                                        **self._context_args()))
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return self._passage_nodes(await self._async_client.context(self.collection, query_bundle.query_str,
+                                                                    **self._context_args()))

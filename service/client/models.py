@@ -193,6 +193,8 @@ class ContextResult(_Model):
     tokenizer: str
     query_used: str
     generated_query: str | None = None
+    query_rewrite: dict[str, Any] | None = None
+    """For a conversation rewritten by the generator: ``used``, ``fallback``, ``prompt_version``."""
     reranked: bool
     passages: list[ContextPassage]
     dropped: list[DroppedCandidate]
@@ -213,6 +215,8 @@ class Citation(_Model):
     rerank_score: float | None = None
     cited: bool = False
     text: str
+    chunk_indexes: list[int] = Field(default_factory=list)
+    """The chunks the passage spans (``chunk_index`` is the first), as ``/v1/context`` reports them."""
     offsets: dict[str, int] | None = None
     page: int | None = None
     headings: list[str] | None = None

@@ -1,4 +1,4 @@
-"""The MCP tools, on the ``mcp`` SDK's ``MCPServer``: ``search`` and ``list_collections``.
+"""The MCP tools, on the ``mcp`` SDK's ``MCPServer``: ``search``, ``context`` and ``list_collections``.
 
 They run in the API process and call the same use cases the HTTP routes do (:class:`service.search.retrieval.Retrieval`,
 the store), with the
@@ -20,10 +20,12 @@ from pydantic import BaseModel, Field, ValidationError
 
 from service import __version__
 from service.api.schemas.common import FILTER_SYNTAX, filter_spec
+from service.api.schemas.context import ContextRequest
 from service.api.schemas.search import SearchRequest
 from service.api.state import Services
 from service.auth.principal import Principal
-from service.errors import RagserveError
+from service.context import service as use_case
+from service.errors import BadRequest, RagserveError
 from service.search.query_cache import partition_of
 from service.search.retrieval import RetrievalRequest
 
@@ -51,6 +53,24 @@ class SearchOutput(BaseModel):
     mode: str
     reranked: bool
     hits: list[Hit]
+
+
+class Passage(BaseModel):
+    number: int = Field(description="The passage's [n] in `context`: cite it so.")
+    collection: str
+    doc_id: str
+    chunk_indexes: list[int]
+    text: str
+    location: dict[str, Any] | None = Field(None, description="Offsets, page and headings in the document.")
+    score: float
+
+
+class ContextOutput(BaseModel):
+    context: str = Field(description="The numbered passages, ready to put in a prompt.")
+    tokens: int
+    tokenizer: str
+    query_used: str
+    passages: list[Passage]
 
 
 class CollectionSummary(BaseModel):
@@ -101,7 +121,7 @@ def _root_logging_kept() -> Iterator[None]:
 
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
-"""Both tools only read: the same call gives the same answer until the collection changes, and they reach
+"""Every tool only reads: the same call gives the same answer until the collection changes, and they reach
 nothing beyond this ragserve's own collections."""
 
 COLLECTION = "The collection to search: one of the names list_collections gives."
@@ -110,6 +130,10 @@ MODE = ("How to match: dense (embedding similarity), sparse (BM25 keyword match)
         "reciprocal rank). Default: hybrid where the collection has sparse vectors, else dense.")
 RERANK = ("true to rerank the candidates with the reranker, false not to. Default: on when this deployment has a "
           "reranker.")
+
+
+BUDGET = "Tokens the context may hold, numbering included (counted with the deployment's tokenizer). Default 1000."
+NEIGHBOURS = "Chunks before and after each chosen chunk to add to it (default: the server's, 0)."
 
 
 def top_k_text(max_top_k: int) -> str:
@@ -158,6 +182,48 @@ def build_server(*, max_top_k: int) -> MCPServer:
     server.tool(description="Search a ragserve collection: the passages that best answer the query, ranked, "
                             "with their text, scores, metadata and location in the document.",
                 annotations=READ_ONLY)(search)
+
+    async def context(
+        collection: Annotated[str, Field(description=COLLECTION)],
+        query: Annotated[str, Field(description=QUERY)],
+        ctx: Context,
+        budget_tokens: Annotated[int, Field(description=BUDGET, ge=1)] = 1000,
+        filter: Annotated[dict[str, Any] | None, Field(description=f"{FILTER_SYNTAX} Omit for no filter.")] = None,
+        mode: Annotated[Literal["dense", "sparse", "hybrid"] | None, Field(description=MODE)] = None,
+        rerank: Annotated[bool | None, Field(description=RERANK)] = None,
+        neighbours: Annotated[int | None, Field(description=NEIGHBOURS, ge=0)] = None,
+    ) -> ContextOutput:
+        try:
+            body = ContextRequest.model_validate({
+                "collection": collection, "query": query, "budget_tokens": budget_tokens, "filter": filter,
+                "mode": mode, "neighbours": neighbours})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ToolError(f"validation_error: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+        try:
+            principal = _principal(ctx)
+            principal.check_collection(collection)
+            services = _services(ctx)
+            if services.context is None:
+                raise BadRequest("this deployment has no tokenizer to count a context with",
+                                 code="context_unavailable")
+            result = await services.context.assemble(
+                use_case.ContextRequest(collections=[collection], budget_tokens=body.budget_tokens, query=body.query,
+                                        filter=filter_spec(body.filter), mode=body.mode, rerank=rerank,
+                                        neighbours=body.neighbours),
+                tenant=principal.tenant, cache_partition=partition_of(principal))
+        except RagserveError as exc:
+            raise _tool_error(exc) from exc
+        return ContextOutput(context=result.context, tokens=result.tokens, tokenizer=result.tokenizer,
+                             query_used=result.query_used, passages=[Passage(
+                                 number=p.number, collection=p.collection, doc_id=p.first.doc_id,
+                                 chunk_indexes=[h.chunk_index for h in p.chunks], text=p.text,
+                                 location=p.location() or None, score=p.score) for p in result.passages])
+
+    server.tool(description="A context for the user's question from a ragserve collection: the best passages, "
+                            "merged, without near-duplicates, numbered [1]..[n] and cut to a token budget, ready "
+                            "to put in a prompt; cite a passage by its number.",
+                annotations=READ_ONLY)(context)
 
     @server.tool(description="The collections ragserve holds, with their sizes.", annotations=READ_ONLY)
     async def list_collections(ctx: Context) -> CollectionsOutput:

@@ -18,8 +18,8 @@ PROTECTED = [
     ("GET", "/v1/jobs"), ("GET", "/v1/jobs/{job_id}"), ("DELETE", "/v1/jobs/{job_id}"),
     ("POST", "/v1/admin/snapshots"), ("GET", "/v1/admin/snapshots"),
     ("GET", "/v1/collections/{name}/export"), ("POST", "/v1/collections/{name}/import"),
-    ("POST", "/v1/search"), ("POST", "/v1/search/upload"), ("POST", "/v1/embeddings"), ("POST", "/v1/rerank"),
-    ("POST", "/v2/rerank"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
+    ("POST", "/v1/search"), ("POST", "/v1/search/upload"), ("POST", "/v1/context"), ("POST", "/v1/embeddings"),
+    ("POST", "/v1/rerank"), ("POST", "/v2/rerank"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
     ("GET", "/v1/models/{model_id:path}"), ("GET", "/mcp"), ("POST", "/mcp"), ("DELETE", "/mcp"),
 ]
 
@@ -82,7 +82,7 @@ async def test_every_route_for_every_scope(minilm_settings: Settings) -> None:
     routes = sorted({(m, r.path) for r in app.routes for m in getattr(r, "methods", ()) if m != "HEAD"})
     public = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/health"}
     routes = [r for r in routes if r[1] not in public and not r[1].startswith("/ui")]  # the playground's static page
-    assert len(routes) == len(ROUTE_SCOPES) == 28
+    assert len(routes) == len(ROUTE_SCOPES) == 29
     seen: dict[tuple[str, str, str], int] = {}
     async with app_client(minilm_settings, api_key=None) as client:
         for scope, key in SCOPE_KEYS.items():
@@ -103,7 +103,7 @@ async def test_every_route_for_every_scope(minilm_settings: Settings) -> None:
     granted = {(s, m, p) for s in SCOPE_KEYS for m, p in routes if s in ROUTE_SCOPES[(m, p)]}
     assert {(m, p) for s, m, p in granted if s == "read"} == {
         ("GET", "/ready"), ("GET", "/v1/collections"), ("GET", "/v1/collections/{name}"), ("POST", "/v1/search"),
-        ("POST", "/v1/search/upload"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
+        ("POST", "/v1/search/upload"), ("POST", "/v1/context"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
         ("GET", "/v1/models/{model_id:path}"), ("POST", "/v1/embeddings"), ("POST", "/v1/rerank"),
         ("POST", "/v2/rerank"), ("GET", "/mcp"), ("POST", "/mcp"), ("DELETE", "/mcp")}
     assert {(m, p) for s, m, p in granted if s == "admin"} == {

@@ -64,9 +64,19 @@ async def test_tools_listed_and_search_answers_hits(minilm_settings: Settings) -
                                                           "filter": {"tag": "tea"}})
             missing = await session.call_tool("search", {"collection": "nope", "query": "x"})
             too_many = await session.call_tool("search", {"collection": "kb", "query": "x", "top_k": 10_000})
+            context = await session.call_tool("context", {"collection": "kb", "query": "how is espresso made?",
+                                                          "budget_tokens": 60, "mode": "sparse"})
+            tiny = await session.call_tool("context", {"collection": "kb", "query": "x", "budget_tokens": 2})
     assert init.server_info.name == "ragserve"
     by_name = {t.name: t for t in tools.tools}
-    assert set(by_name) == {"search", "list_collections"}
+    assert set(by_name) == {"search", "context", "list_collections"}
+    assert set(by_name["context"].input_schema["required"]) == {"collection", "query"}
+    assert context.is_error is False and context.structured_content is not None
+    assert context.structured_content["context"] == f"[1] espresso\n{DOCS[0]['text']}"
+    assert [(p["number"], p["doc_id"], p["text"]) for p in context.structured_content["passages"]] == [
+        (1, "espresso", DOCS[0]["text"])]
+    assert context.structured_content["tokens"] <= 60
+    assert tiny.is_error is True and tiny.content[0].text.startswith("Error executing tool context: budget_too_small: ")
     assert set(by_name["search"].input_schema["required"]) == {"collection", "query"}
     assert {name: p["description"] for name, p in by_name["search"].input_schema["properties"].items()} == SEARCH_PARAMS
     assert by_name["search"].input_schema["properties"]["top_k"] | {"description": ""} == {

@@ -599,3 +599,56 @@ async def test_a_hybrid_hit_shows_its_fused_dense_and_bm25_scores_labelled(
             [["score", "score", _score(h["score"])], ["vector_score", label, _score(h["vector_score"])],
              ["rerank_score", "rerank", "—"]] for h in answers[mode]["hits"]]
     assert sorted(h["doc_id"] for h in shown["sparse"]) == sorted(bm25) == ["boot", "loader"]  # BM25 matches these
+
+
+CONTEXT_DOCS = [
+    {"id": "boot", "text": "The device fails to boot after the firmware update. Hold the reset button."},
+    {"id": "boot-copy", "text": "The device fails to boot after the firmware update. Hold the reset button."},
+    {"id": "loader", "text": "Boot halted with error XQ-7719 reported by the loader."},
+]
+
+
+async def test_the_context_tab_shows_the_packed_text_its_tokens_and_what_was_left_out(
+    tmp_path: Path, browser: Browser, shots: Path
+) -> None:
+    """The embedding runner is scripted (no vLLM); the page's context, token count and left-out candidates are
+    held to the API's answer to the same request, byte for byte."""
+    settings = scripted_embed.scripted_settings(tmp_path)
+    settings.qdrant.edge_process = False
+    with live_server(settings, transports={"embedding": scripted_embed.ScriptedEmbedder().transport}) as base:
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=LIVENESS_S) as api:
+            assert (await api.post("/v1/collections", json={"name": "kb"})).status_code == 201
+            r = await api.post("/v1/collections/kb/documents", json={"documents": CONTEXT_DOCS})
+            assert r.status_code == 200, r.text
+            keyed: list[tuple[str, str | None]] = []
+            errors: list[str] = []
+            page = await _open(browser, base, keyed, errors)
+            page.set_default_timeout(LIVENESS_S * 1000)
+            await page.click("#tab-context")
+            await page.fill("#context-query", "firmware boot")
+            await page.fill("#context-budget", "300")
+            async with page.expect_response(lambda r: r.url.endswith("/v1/context")) as answer:
+                await page.click("#context-button")
+            response = await answer.value
+            assert response.status == 200, await response.text()
+            sent = json.loads(response.request.post_data or "{}")
+            result = await response.json()
+            await page.wait_for_function("() => !document.querySelector('#context-result').hidden")
+            shown = await page.text_content("#context-text")
+            tokens = await page.text_content("#context-tokens")
+            dropped = await page.eval_on_selector_all("#context-dropped > li", """items => items.map(li =>
+                [li.dataset.docId, li.dataset.reason, li.textContent])""")
+            await page.screenshot(path=shots / "context-tab.png", full_page=True)
+            again = await api.post("/v1/context", json=sent)
+            assert errors == []
+            await page.close()
+    assert sent == {"collection": "kb", "query": "firmware boot", "budget_tokens": 300, "order": "score"}
+    assert again.json()["context"] == result["context"] == shown
+    assert tokens == f"{result['tokens']} / 300 tokens"
+    assert result["tokens"] <= 300 and result["passages"]
+    assert dropped == [[d["doc_id"], d["reason"], f"{d['doc_id']} #{d['chunk_index']} {d['reason']} "
+                        + {"duplicate": "repeats passage", "merged": "merged into passage",
+                           "budget": "did not fit the budget"}[d["reason"]]
+                        + (f" [{d['passage']}]" if d["passage"] else "")] for d in result["dropped"]]
+    assert [d[:2] for d in dropped if d[1] == "duplicate"] in ([["boot-copy", "duplicate"]], [["boot", "duplicate"]])

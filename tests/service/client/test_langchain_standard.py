@@ -14,7 +14,7 @@ import pytest
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from service.client import Client
-from service.client.langchain import RagserveRetriever
+from service.client.langchain import RagserveContextRetriever, RagserveRetriever
 from service.config import Settings
 from tests.service.client.seed import seed
 from tests.support.app import API_KEY
@@ -71,3 +71,28 @@ class TestWithTopK(_Suite):
     def num_results_arg_name(self) -> str:
         return "top_k"
 
+
+
+class _ContextSuite(_Suite):
+    """The same suite for the context retriever: ``k`` is the most passages of a 1,000-token context."""
+
+    @property
+    def retriever_constructor(self) -> Callable[..., RagserveRetriever]:  # type: ignore[override]
+        def make(**params: Any) -> RagserveRetriever:
+            retriever = RagserveContextRetriever(**params)
+            self._made.append(retriever)
+            return retriever
+
+        return make
+
+
+class TestContextWithK(_ContextSuite):
+    @property
+    def num_results_arg_name(self) -> str:
+        return "k"
+
+
+class TestContextWithTopK(_ContextSuite):
+    @property
+    def num_results_arg_name(self) -> str:
+        return "top_k"

@@ -80,3 +80,26 @@ def test_the_count_has_one_name_at_a_time() -> None:
     agreeing = RagserveRetriever("kb", similarity_top_k=2, top_k=2)
     assert (agreeing.similarity_top_k, RagserveRetriever("kb").similarity_top_k) == (2, 5)
     agreeing.close()
+
+
+async def test_the_context_retriever_returns_the_passages_of_v1_context(minilm_settings: Settings) -> None:
+    from service.client.llamaindex import RagserveContextRetriever
+
+    with live_server(minilm_settings) as url, Client(url, API_KEY) as rs:
+        seed(rs)
+        retriever = RagserveContextRetriever("kb", base_url=url, api_key=API_KEY, budget_tokens=40)
+        nodes = retriever.retrieve(QUERY)
+        anodes = await retriever.aretrieve(QUERY)
+        two = RagserveContextRetriever("kb", base_url=url, api_key=API_KEY, budget_tokens=500, similarity_top_k=2)
+        limited = two.retrieve(QUERY)
+        expected = rs.context("kb", QUERY, budget_tokens=40)
+        await retriever.aclose()
+        await two.aclose()
+    assert expected.passages and expected.tokens <= 40
+    got = [(n.node.text, n.score, n.node.metadata["ragserve_number"], n.node.metadata["ragserve_doc_id"],
+            n.node.metadata["ragserve_chunk_indexes"]) for n in nodes]
+    assert got == [(p.text, p.score, p.number, p.doc_id, p.chunk_indexes) for p in expected.passages]
+    assert [n.node.text for n in anodes] == [p.text for p in expected.passages]
+    assert len(limited) == 2
+    node = nodes[0].node
+    assert node.get_content(MetadataMode.LLM) == f"tag: {node.metadata['tag']}\n\n{node.text}"  # citation fields hidden

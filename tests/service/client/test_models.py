@@ -28,6 +28,8 @@ def schemas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:  # typ
     (models.SearchHit, "SearchHit"), (models.SearchResult, "SearchResponse"), (models.ImageInfo, "ImageInfo"),
     (models.Snapshot, "SnapshotOut"), (models.SnapshotCollection, "SnapshotCollection"),
     (models.SnapshotListing, "SnapshotList"), (models.UnreadableSnapshot, "UnreadableSnapshot"),
+    (models.ContextResult, "ContextResponse"), (models.ContextPassage, "ContextPassage"),
+    (models.DroppedCandidate, "DroppedCandidate"),
 ])
 def test_model_fields_are_the_response_schema(schemas: dict, model: type[BaseModel], schema: str) -> None:  # type: ignore[type-arg]
     assert set(model.model_fields) == set(schemas[schema]["properties"])

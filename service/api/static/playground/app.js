@@ -1,4 +1,4 @@
-// ragserve playground: search, ingest jobs and grounded chat over the /v1 API, with the user's key.
+// ragserve playground: search, context, ingest jobs and grounded chat over the /v1 API, with the user's key.
 // Everything the API returns (hit text, file names, answers) is untrusted: it reaches the page only as
 // text nodes (textContent, createTextNode), never as HTML.
 "use strict";
@@ -308,6 +308,48 @@ function setupSearch() {
   });
 }
 
+// ---- context -----------------------------------------------------------------------------------------
+const REASONS = { duplicate: "repeats passage", merged: "merged into passage", budget: "did not fit the budget" };
+
+async function buildContext(e) {
+  e.preventDefault();
+  const body = { collection: $("collection").value, query: $("context-query").value.trim(),
+    budget_tokens: Number($("context-budget").value) || 1000, order: $("context-order").value };
+  if ($("context-neighbours").value !== "") body.neighbours = Number($("context-neighbours").value);
+  if (!body.collection) { showError(new Error("pick a collection first")); return; }
+  if (!body.query) { showError(new Error("type a question")); $("context-query").focus(); return; }
+  const button = $("context-button");
+  button.disabled = true;
+  status("building the context…");
+  try {
+    const result = await api("v1/context", { method: "POST", json: body });
+    showError(null);
+    renderContext(result, body.budget_tokens);
+    status(`${result.passages.length} passages, ${result.tokens} of ${body.budget_tokens} tokens`);
+  } catch (err) {
+    showError(err);
+    status("");
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function renderContext(result, budget) {
+  $("context-result").hidden = false;
+  $("context-summary").replaceChildren(el("span", { id: "context-tokens" }, `${result.tokens} / ${budget} tokens`),
+    ` (${result.tokenizer}) · ${result.passages.length} passages · query: `, el("q", {}, result.query_used));
+  $("context-text").textContent = result.context;
+  $("context-dropped").replaceChildren(...result.dropped.map((d) => el("li",
+    { dataset: { reason: d.reason, docId: d.doc_id, chunk: String(d.chunk_index) } },
+    el("span", { class: "doc-id" }, `${d.doc_id} #${d.chunk_index}`), " ",
+    el("span", { class: "reason" }, d.reason), " ",
+    `${REASONS[d.reason] || ""}${d.passage ? ` [${d.passage}]` : ""}`)));
+}
+
+function setupContext() {
+  $("context-form").addEventListener("submit", buildContext);
+}
+
 // ---- drag and drop -----------------------------------------------------------------------------------
 /** Call ``onFiles([File])`` for what is dropped on ``zone``; folders are walked (paths kept in .relPath). */
 function dropZone(zone, onFiles) {
@@ -590,6 +632,7 @@ function setupChat() {
 setupKey();
 setupTabs();
 setupSearch();
+setupContext();
 setupJobs();
 setupChat();
 if (apiKey()) loadCollections(); else status("paste an API key to start");
