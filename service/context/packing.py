@@ -106,6 +106,7 @@ class Packer:
         width = len(str(max(len(candidates), 1)))
         self._number = "9" * width
         self._separator = await self.counter.count(SEPARATOR)
+        least = await self.min_budget()
         taken: list[_Taken] = []
         owners: list[tuple[Candidate, _Taken]] = []
         """Each candidate taken as a passage of its own, and its passage."""
@@ -135,8 +136,11 @@ class Packer:
                         break
                     if opts.max_passages is not None and len(taken) >= opts.max_passages:
                         break
+                    room = opts.budget - used - (self._separator if taken else 0)
+                    if room < least:  # not even a header fits: nothing new can, so nothing is counted
+                        break
                     attempt.tokens = await self._tokens(attempt)
-                    if attempt.tokens <= opts.budget - used - (self._separator if taken else 0):
+                    if attempt.tokens <= room:
                         placed = _Taken(attempt, shingles(attempt.text))
                         taken.append(placed)
                         owners.append((candidate, placed))
@@ -155,8 +159,9 @@ class Packer:
                     break
             else:
                 full = opts.max_passages is not None and len(taken) >= opts.max_passages
-                if opts.overflow == "cut" and not full and not any(overlaps(t.passage, bare) for t in same_doc):
-                    room = opts.budget - used - (self._separator if taken else 0)
+                room = opts.budget - used - (self._separator if taken else 0)
+                if (opts.overflow == "cut" and not full and room >= least
+                        and not any(overlaps(t.passage, bare) for t in same_doc)):
                     cut = await self._cut(bare, room)
                     if cut is not None:
                         placed = _Taken(cut, shingles(cut.text))
