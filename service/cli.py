@@ -414,7 +414,7 @@ def cmd_eval_context(args: argparse.Namespace, url: str, key: str) -> None:
     options = {"neighbours": args.neighbours} if args.neighbours is not None else {}
     rows = asyncio.run(evaluate_context(url, key, Path(args.dataset), args.collection, tokenizer_file=tokenizer,
                                         split=args.split, budget=args.budget, chunk_tokens=args.chunk_tokens,
-                                        options=options))
+                                        options=options, min_relevant=args.min_relevant))
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -614,6 +614,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--neighbours", type=int, default=None, help="with --context: neighbours (default the server's)")
     p.add_argument("--chunk-tokens", type=int, default=64,
                    help="with --context: chunk size when the collection is indexed here (default 64)")
+    p.add_argument("--min-relevant", type=int, default=1,
+                   help="with --context: only the queries with at least this many relevant documents")
     p.add_argument("--tokenizer-path", default=None,
                    help="with --context: the checkpoint folder whose tokenizer.json counts plain packing (default "
                         "the embedding model's)")

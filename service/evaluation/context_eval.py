@@ -39,9 +39,10 @@ async def ensure_chunked(client: AsyncClient, root: Path, collection: str, *, ch
 async def evaluate_context(
     url: str, api_key: str, root: Path, collection: str, *, tokenizer_file: Path, split: str = "test",
     budget: int = 512, chunk_tokens: int = 64, concurrency: int = 4, options: dict[str, Any] | None = None,
-    timeout_s: float = 300.0,
+    timeout_s: float = 300.0, min_relevant: int = 1,
 ) -> dict[str, dict[str, float]]:
-    """Rows ``plain`` and ``context`` of :func:`context_report` over the split's queries."""
+    """Rows ``plain`` and ``context`` of :func:`context_report` over the split's queries that have at least
+    ``min_relevant`` relevant documents (2 or more: the queries where packing several documents matters)."""
     dataset = BeirDataset(root)
     tok = Tokenizer.from_file(str(tokenizer_file))
     tok.no_padding()
@@ -50,7 +51,10 @@ async def evaluate_context(
     def count(text: str) -> int:
         return len(tok.encode(text, add_special_tokens=False).ids)
 
-    qrels, queries, copies = dataset.qrels(split), dataset.queries(split), load_copies(root)
+    qrels = {q: docs for q, docs in dataset.qrels(split).items()
+             if sum(1 for grade in docs.values() if grade > 0) >= min_relevant}
+    queries = {q: text for q, text in dataset.queries(split).items() if q in qrels}
+    copies = load_copies(root)
     plain: dict[str, Packed] = {}
     packed: dict[str, Packed] = {}
     slots = asyncio.Semaphore(concurrency)
