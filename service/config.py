@@ -380,8 +380,13 @@ class ContextSettings(BaseModel):
     max_collections: int = Field(8, ge=1, description="Collections one request may name (422 "
                                  "too_many_collections).")
     duplicate_threshold: float = Field(
-        0.3, gt=0, le=1, description="A candidate whose word 3-grams are at least this share repeated in passages "
-        "of other documents already taken is left out as a duplicate.",
+        0.5, gt=0, le=1, description="A candidate whose word 3-grams are at least this share repeated in passages "
+        "of other documents already taken is left out as a duplicate; under it, sentences it repeats are trimmed "
+        "off (docs/context.md).",
+    )
+    documents_first: bool = Field(
+        True, description="A candidate of a document already in the context, that does not overlap its passages, "
+        "waits until every candidate of a new document has been tried: more documents per budget.",
     )
     overflow: Literal["cut", "skip"] = Field(
         "cut", description="A passage that does not fit the budget whole: cut at its last sentence boundary that "

@@ -1,11 +1,16 @@
 """Packing ranked candidates into a context that never passes its token budget.
 
-Candidates are taken best first. Each one, with up to ``neighbours`` chunks before and after it that overlap
-it (:mod:`service.context.passages`), is
+Candidates are taken best first, except that with ``documents_first`` (the default) a candidate of a document
+already in the context that does not meet its passage waits until every candidate of a new document has been
+tried: a second, distant chunk of one document costs a passage a new document could have had (docs/context.md
+has the figures). Each one, with up to ``neighbours`` chunks before and after it that overlap it
+(:mod:`service.context.passages`), is
 
 - ``merged`` into a passage already taken when it overlaps or touches one of its document's section (its
   words are then counted once), or left out as ``merged`` when a taken passage already holds it;
-- left out as a ``duplicate`` when it repeats text taken from another document (:mod:`service.context.duplicates`);
+- left out as a ``duplicate`` when it repeats text taken from another document (:mod:`service.context.duplicates`),
+  or, when what it adds to its document's passage does; trimmed to its longest run of new sentences when it
+  repeats some under the threshold;
 - taken as a new passage when it fits; when it does not, it is taken without its neighbours if that fits,
   else, with ``overflow="cut"``, cut at the last sentence boundary that fits (a slice of the source stays a
   slice: its offsets shrink with it), else left out as ``budget``, and later, smaller candidates still try.
@@ -21,12 +26,11 @@ a document's passages stay together, in document order. Passages are numbered ``
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from service.context.duplicates import repeated_share, shingles
+from service.context.duplicates import SENTENCE_END, novel_run, repeated_share, shingles
 from service.context.passages import Candidate, Passage, covers, merge, overlaps, single, span
 from service.context.template import SEPARATOR, Template
 from service.context.tokens import TokenCounter
@@ -35,7 +39,6 @@ from service.store.types import Hit
 Order = Literal["score", "edges"]
 Overflow = Literal["cut", "skip"]
 Reason = Literal["duplicate", "budget", "merged"]
-_SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s)")
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,10 @@ class PackOptions:
     neighbours: int = 0
     order: Order = "score"
     overflow: Overflow = "cut"
-    duplicate_threshold: float = 0.3
+    duplicate_threshold: float = 0.5
+    documents_first: bool = True
+    """A candidate of a document already in the context that does not meet its passages waits until every
+    candidate of a new document has been tried."""
     max_passages: int | None = None
     """Take no more passages than this (a candidate that would make one more is left out as ``budget``)."""
 
@@ -112,16 +118,31 @@ class Packer:
         """Each candidate taken as a passage of its own, and its passage."""
         dropped: list[_Entry] = []
         used = 0
-        for candidate in candidates:
+        deferred: list[Candidate] = []
+
+        def queue() -> Iterator[tuple[Candidate, bool]]:
+            yield from ((c, opts.documents_first) for c in candidates)
+            yield from ((c, False) for c in deferred)  # filled while the first pass runs
+
+        for candidate, may_wait in queue():
             bare = single(candidate)
             same_doc = [t for t in taken if t.passage.doc == bare.doc]
             holder = next((t for t in same_doc if covers(t.passage, candidate.hit)), None)
             if holder is not None:
                 dropped.append(_Entry(candidate, "merged", holder))
                 continue
-            tries = [self._with_neighbours(bare, candidate, neighbours)]
-            if len(tries[0].chunks) > 1:
-                tries.append(bare)
+            if may_wait and same_doc and not any(overlaps(t.passage, bare) for t in same_doc):
+                deferred.append(candidate)  # its document is in already: new documents go first
+                continue
+            first = self._with_neighbours(bare, candidate, neighbours)
+            tries = [first, bare] if len(first.chunks) > 1 else [first]
+            fallback = bare
+            if not any(overlaps(t.passage, first) for t in same_doc):
+                judged = self._unrepeated(first, taken, candidate, dropped)
+                if judged is None:
+                    continue
+                if judged is not first:  # trimmed to the sentences that do not repeat the context
+                    tries, fallback = [judged], judged
             placed: _Taken | None = None
             for attempt in tries:
                 grown, meeting = attempt, []
@@ -132,8 +153,6 @@ class Packer:
                     for t in meets:
                         grown, meeting = merge(t.passage, grown), [*meeting, t]
                 if not meeting:
-                    if attempt is tries[0] and self._duplicate(attempt, taken, candidate, dropped):
-                        break
                     if opts.max_passages is not None and len(taken) >= opts.max_passages:
                         break
                     room = opts.budget - used - (self._separator if taken else 0)
@@ -146,6 +165,8 @@ class Packer:
                         owners.append((candidate, placed))
                         break
                     continue
+                if self._extends_a_repeat(grown, meeting, taken, candidate, dropped):
+                    break
                 grown.tokens = await self._tokens(grown)
                 others = [t for t in taken if t not in meeting]
                 after = sum(t.passage.tokens for t in others) + grown.tokens + self._separator * len(others)
@@ -161,8 +182,8 @@ class Packer:
                 full = opts.max_passages is not None and len(taken) >= opts.max_passages
                 room = opts.budget - used - (self._separator if taken else 0)
                 if (opts.overflow == "cut" and not full and room >= least
-                        and not any(overlaps(t.passage, bare) for t in same_doc)):
-                    cut = await self._cut(bare, room)
+                        and not any(overlaps(t.passage, fallback) for t in same_doc)):
+                    cut = await self._cut(fallback, room)
                     if cut is not None:
                         placed = _Taken(cut, shingles(cut.text))
                         taken.append(placed)
@@ -172,13 +193,53 @@ class Packer:
             used = sum(t.passage.tokens for t in taken) + self._separator * max(len(taken) - 1, 0)
         return await self._final(taken, owners, dropped)
 
-    def _duplicate(self, group: Passage, taken: list[_Taken], candidate: Candidate, dropped: list[_Entry]) -> bool:
-        """Whether ``group`` repeats passages of other documents (recorded in ``dropped`` when it does)."""
-        mine = shingles(group.text)
+    def _unrepeated(self, group: Passage, taken: list[_Taken], candidate: Candidate,
+                    dropped: list[_Entry]) -> Passage | None:
+        """``group`` as it may join the context (:mod:`service.context.duplicates`): whole, trimmed to its
+        longest run of sentences that passages of other documents do not hold, or None, recorded in ``dropped``,
+        when it is a duplicate of them."""
         others = [t for t in taken if t.passage.doc != group.doc]
-        if not others or repeated_share(mine, (t.shingles for t in others)) < self.options.duplicate_threshold:
-            return False
+        if not others:
+            return group
+        mine = shingles(group.text)
+        if repeated_share(mine, (t.shingles for t in others)) < self.options.duplicate_threshold:
+            if not group.mergeable or group.start is None:
+                return group
+            own = span(candidate.hit)
+            within = None if own is None else (own[0] - group.start, own[1] - group.start)
+            run = novel_run(group.text, frozenset().union(*(mine & t.shingles for t in others)), within)
+            if run is None:
+                return group
+            a, b = run
+            start, end = group.start + a, group.start + b
+            chunks = [h for h in group.chunks if (s := span(h)) is not None and s[0] < end and start < s[1]]
+            return Passage(group.collection, chunks, group.score, group.rerank_score, group.text[a:b],
+                           start, end, cut=True)
         repeats = max(others, key=lambda t: len(mine & t.shingles))
+        dropped.append(_Entry(candidate, "duplicate", repeats))
+        return None
+
+    def _extends_a_repeat(self, grown: Passage, meeting: list[_Taken], taken: list[_Taken], candidate: Candidate,
+                          dropped: list[_Entry]) -> bool:
+        """Whether what ``grown`` adds to the passages it meets repeats other documents' passages (recorded in
+        ``dropped`` when it does): a chunk that continues its own passage is judged on its new words alone, as a
+        candidate of its own would be."""
+        assert grown.start is not None and grown.end is not None
+        others = [t for t in taken if t.passage.doc != grown.doc]
+        if not others:
+            return False
+        held = sorted((t.passage.start, t.passage.end) for t in meeting
+                      if t.passage.start is not None and t.passage.end is not None)
+        added: set[int] = set()
+        at = grown.start
+        for a, b in [*held, (grown.end, grown.end)]:
+            if a > at:
+                added |= shingles(grown.text[at - grown.start:a - grown.start])
+            at = max(at, b)
+        new = frozenset(added)
+        if repeated_share(new, (t.shingles for t in others)) < self.options.duplicate_threshold:
+            return False
+        repeats = max(others, key=lambda t: len(new & t.shingles))
         dropped.append(_Entry(candidate, "duplicate", repeats))
         return True
 
@@ -212,7 +273,7 @@ class Packer:
         not even its first sentence fits, or the passage is not a slice of its source."""
         if not passage.mergeable or passage.start is None:
             return None
-        ends = [m.end() for m in _SENTENCE_END.finditer(passage.text)]
+        ends = [m.end() for m in SENTENCE_END.finditer(passage.text)]
         lo, hi, best = 0, len(ends) - 1, None
         while lo <= hi:
             mid = (lo + hi) // 2

@@ -92,11 +92,12 @@ class Passage:
     def location(self) -> dict[str, Any]:
         """Where the passage sits in its document: its chunks' location with the offsets of the whole run."""
         loc = dict(self.first.location or {})
-        if self.start is not None and self.end is not None:
-            first = self.first.location or {}
-            byte_start = first.get("byte_start")
+        first_span = span(self.first)
+        if self.start is not None and self.end is not None and first_span is not None:
+            byte_start = loc.get("byte_start")
             loc["char_start"], loc["char_end"] = self.start, self.end
-            if isinstance(byte_start, int):
+            if isinstance(byte_start, int):  # a passage trimmed at its head starts inside its first chunk
+                byte_start += len(self.first.text[:self.start - first_span[0]].encode("utf-8"))
                 loc["byte_start"] = byte_start
                 loc["byte_end"] = byte_start + len(self.text.encode("utf-8"))
         return loc

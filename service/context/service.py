@@ -167,6 +167,7 @@ class ContextService:
         packer = Packer(counter, PackOptions(
             budget=request.budget_tokens, template=template, neighbours=neighbours, order=request.order,
             overflow=request.overflow or cfg.overflow, duplicate_threshold=cfg.duplicate_threshold,
+            documents_first=cfg.documents_first,
             max_passages=request.max_passages,
         ))
         least = await packer.min_budget()

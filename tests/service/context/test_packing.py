@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from service.context.packing import Packer, PackOptions
 from service.context.template import Template
+from service.store.types import Hit
 from tests.service.context.helpers import by_doc, chunk_hits, counter, ranked
 
 WORDS = ("heron owl salmon glacier volcano protein enzyme cell river delta basalt magma lattice photon quark "
@@ -67,6 +68,61 @@ def test_a_copy_under_another_id_is_dropped_and_a_different_document_is_not() ->
             for d in packed.dropped] == [("copy", "duplicate", "orig")]
 
 
+def test_a_document_sharing_a_sentence_keeps_its_new_sentences_and_is_not_dropped() -> None:
+    rng = random.Random(31)
+    shared = "Vascular endothelial cells produce nitric oxide which is a potent vasodilator substance."
+    first = f"{text_of(rng, 2)} {shared} {text_of(rng, 2)}"
+    own = text_of(rng, 3)
+    second = f"Héron {shared} {own}"  # a non-ASCII head: byte offsets move with the trim
+    a = chunk_hits("a", first, size=200)
+    b = chunk_hits("b", second, size=200)
+    packed = pack(ranked([a[0], b[0]]), {}, budget=2000)
+    assert [p.first.doc_id for p in packed.passages] == ["a", "b"] and packed.dropped == []
+    trimmed = packed.passages[1]
+    start = second.index(own)
+    assert (trimmed.text, trimmed.start, trimmed.end, trimmed.cut) == (own, start, len(second), True)
+    loc = trimmed.location()
+    assert (loc["byte_start"], loc["byte_end"]) == (len(second[:start].encode()), len(second.encode()))
+
+
+def test_a_chunk_whose_new_words_another_document_holds_does_not_grow_its_passage() -> None:
+    rng = random.Random(32)
+    text = text_of(rng, 12)
+    original = chunk_hits("orig", text, size=24, overlap=8)
+    version = chunk_hits("v2", text.replace(" ", "  ", 1), size=24, overlap=8)  # same words, other bytes
+    # the copy's chunk 1 comes first; the original's chunk 0 is new text then, and its chunk 1 repeats the copy
+    packed = pack(ranked([version[1], original[0], original[1]]), by_doc(original + version), budget=5000)
+    assert [(p.first.doc_id, [h.chunk_index for h in p.chunks]) for p in packed.passages] == [
+        ("v2", [1]), ("orig", [0])]
+    [(doc, index, reason, holder)] = [(d.candidate.hit.doc_id, d.candidate.hit.chunk_index, d.reason,
+                                       d.passage.first.doc_id if d.passage else None) for d in packed.dropped]
+    assert (doc, index, reason, holder) == ("orig", 1, "duplicate", "v2")
+
+
+def test_new_documents_go_before_a_distant_second_chunk_of_one_already_in() -> None:
+    rng = random.Random(33)
+    long_doc = chunk_hits("long", text_of(rng, 30), size=24, overlap=8)
+    other = chunk_hits("other", text_of(rng, 2), size=200)
+    far = long_doc[6]
+    assert far.location["char_start"] > long_doc[0].location["char_end"]  # it meets nothing taken
+    c = counter()
+    def tokens(*hits: Hit) -> int:
+        return asyncio.run(c.count("\n\n".join(f"[{n}] {h.doc_id}\n{h.text}" for n, h in enumerate(hits, 1))))
+
+    two = max(tokens(long_doc[0], far), tokens(long_doc[0], other[0]))  # any two fit, not three
+    assert tokens(long_doc[0], far, other[0]) > two
+    candidates = ranked([long_doc[0], far, other[0]])
+    first = pack(candidates, {}, budget=two)
+    assert [(p.first.doc_id, p.first.chunk_index) for p in first.passages] == [("long", 0), ("other", 0)]
+    assert [(d.candidate.hit.doc_id, d.candidate.hit.chunk_index, d.reason) for d in first.dropped] == [
+        ("long", 6, "budget")]
+    by_score = pack(candidates, {}, budget=two, documents_first=False)
+    assert [(p.first.doc_id, p.first.chunk_index) for p in by_score.passages] == [("long", 0), ("long", 6)]
+    everything = pack(candidates, {}, budget=5000)  # room for all: the waiting chunk is taken after all
+    assert [(p.first.doc_id, p.first.chunk_index) for p in everything.passages] == [
+        ("long", 0), ("long", 6), ("other", 0)]
+
+
 def test_a_passage_too_long_is_cut_at_a_sentence_end_or_skipped_for_a_later_one() -> None:
     rng = random.Random(4)
     long_text, short_text = text_of(rng, 10), "Owls hunt at night."
@@ -107,6 +163,8 @@ def test_the_budget_holds_exactly_and_every_passage_is_its_source(
     docs = {f"d{i}": text_of(rng, rng.randint(1, 14)) for i in range(rng.randint(1, 5))}
     if rng.random() < 0.5:  # a copy of one document under another id
         docs["copy"] = docs["d0"]
+    if rng.random() < 0.5:  # a document that shares a sentence of another, whose own sentences are kept
+        docs["mix"] = f"{text_of(rng, rng.randint(0, 3))} {docs['d0'].split('. ')[0]}. {text_of(rng, 4)}".strip()
     hits = [h for doc_id, text in docs.items() for h in chunk_hits(doc_id, text, size=size, overlap=size // 3)]
     candidates = ranked(rng.sample(hits, rng.randint(1, len(hits))))
     c = counter()
@@ -118,7 +176,10 @@ def test_the_budget_holds_exactly_and_every_passage_is_its_source(
     seen: dict[str, set[int]] = {}
     for number, p in enumerate(packed.passages, 1):
         assert p.number == number
-        assert p.text == docs[p.first.doc_id][p.start:p.end]  # a slice of its source, overlap once
+        source = docs[p.first.doc_id]
+        assert p.text == source[p.start:p.end]  # a slice of its source, overlap once
+        loc = p.location()
+        assert (loc["byte_start"], loc["byte_end"]) == (len(source[:p.start].encode()), len(source[:p.end].encode()))
         indexes = {h.chunk_index for h in p.chunks}
         assert not indexes & seen.get(p.first.doc_id, set())  # no chunk in two passages
         seen.setdefault(p.first.doc_id, set()).update(indexes)
