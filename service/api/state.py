@@ -38,8 +38,8 @@ class Services:
     media: MediaService
     retrieval: Retrieval
     """The retrieval use case every way in calls (limits, the image's query, timings), over ``search``."""
-    context: ContextService | None = None
-    """The /v1/context use case (None only where no tokenizer can be had)."""
+    context: ContextService
+    """The /v1/context use case; grounded chat's context too."""
     generator: GenerationClient | None = None
     """None when the deployment serves no generation model; so is the one below."""
     chat: ChatHandler | None = None

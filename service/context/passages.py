@@ -89,6 +89,19 @@ class Passage:
     def mergeable(self) -> bool:
         return self.start is not None
 
+    @property
+    def chunk_indexes(self) -> list[int]:
+        return [h.chunk_index for h in self.chunks]
+
+    def reported(self) -> dict[str, Any]:
+        """The passage as ``/v1/context`` reports it (REST and MCP take the fields they show)."""
+        return {
+            "number": self.number, "collection": self.collection, "doc_id": self.first.doc_id,
+            "chunk_indexes": self.chunk_indexes, "text": self.text, "location": self.location() or None,
+            "metadata": self.first.metadata, "score": self.score, "rerank_score": self.rerank_score,
+            "tokens": self.tokens, "cut": self.cut,
+        }
+
     def location(self) -> dict[str, Any]:
         """Where the passage sits in its document: its chunks' location with the offsets of the whole run."""
         loc = dict(self.first.location or {})

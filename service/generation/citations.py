@@ -74,7 +74,7 @@ def build_citations(passages: Sequence[Passage]) -> list[Citation]:
             score=p.score, rerank_score=p.rerank_score, text=p.text, offsets=offsets or None, page=page,
             headings=source.get("headings") if isinstance(source.get("headings"), list) else None,
             extra={k: source[k] for k in PLACE_KEYS if source.get(k) is not None},
-            chunk_indexes=[h.chunk_index for h in p.chunks],
+            chunk_indexes=p.chunk_indexes,
         ))
     return citations
 

@@ -25,7 +25,7 @@ from service.api.schemas.search import SearchRequest
 from service.api.state import Services
 from service.auth.principal import Principal
 from service.context import service as use_case
-from service.errors import BadRequest, RagserveError
+from service.errors import RagserveError
 from service.search.query_cache import partition_of
 from service.search.retrieval import RetrievalRequest
 
@@ -204,9 +204,6 @@ def build_server(*, max_top_k: int) -> MCPServer:
             principal = _principal(ctx)
             principal.check_collection(collection)
             services = _services(ctx)
-            if services.context is None:
-                raise BadRequest("this deployment has no tokenizer to count a context with",
-                                 code="context_unavailable")
             result = await services.context.assemble(
                 use_case.ContextRequest(collections=[collection], budget_tokens=body.budget_tokens, query=body.query,
                                         filter=filter_spec(body.filter), mode=body.mode, rerank=rerank,
@@ -215,10 +212,8 @@ def build_server(*, max_top_k: int) -> MCPServer:
         except RagserveError as exc:
             raise _tool_error(exc) from exc
         return ContextOutput(context=result.context, tokens=result.tokens, tokenizer=result.tokenizer,
-                             query_used=result.query_used, passages=[Passage(
-                                 number=p.number, collection=p.collection, doc_id=p.first.doc_id,
-                                 chunk_indexes=[h.chunk_index for h in p.chunks], text=p.text,
-                                 location=p.location() or None, score=p.score) for p in result.passages])
+                             query_used=result.query_used,
+                             passages=[Passage.model_validate(p.reported()) for p in result.passages])
 
     server.tool(description="A context for the user's question from a ragserve collection: the best passages, "
                             "merged, without near-duplicates, numbered [1]..[n] and cut to a token budget, ready "

@@ -18,7 +18,6 @@ from service.api.schemas.context import (
 )
 from service.api.schemas.errors import error_responses
 from service.context import service as use_case
-from service.errors import BadRequest
 from service.media.service import ImageInput
 from service.search.query_cache import partition_of
 
@@ -30,8 +29,6 @@ router = APIRouter(prefix="/v1", tags=["search"], responses=error_responses(404,
 @with_cancellation
 async def context(body: ContextRequest, services: ServicesDep, principal: PrincipalDep,
                   raw_request: Request) -> ContextResponse:
-    if services.context is None:
-        raise BadRequest("this deployment has no tokenizer to count a context with", code="context_unavailable")
     collections = list(body.collections or []) + ([body.collection] if body.collection else [])
     for name in collections:
         principal.check_collection(name, param="collections" if body.collections else "collection")
@@ -50,11 +47,7 @@ async def context(body: ContextRequest, services: ServicesDep, principal: Princi
         generated_query=result.generated_query, reranked=result.reranked,
         query_rewrite=None if result.rewrite is None else QueryRewrite(
             used=result.rewrite.used, fallback=result.rewrite.fallback, prompt_version=result.rewrite.prompt_version),
-        passages=[ContextPassage(
-            number=p.number, collection=p.collection, doc_id=p.first.doc_id,
-            chunk_indexes=[h.chunk_index for h in p.chunks], text=p.text, location=p.location() or None,
-            metadata=p.first.metadata, score=p.score, rerank_score=p.rerank_score, tokens=p.tokens, cut=p.cut,
-        ) for p in result.passages],
+        passages=[ContextPassage(**p.reported()) for p in result.passages],
         dropped=[DroppedCandidate(
             collection=d.candidate.collection, doc_id=d.candidate.hit.doc_id, chunk_index=d.candidate.hit.chunk_index,
             score=d.candidate.score, reason=d.reason, passage=None if d.passage is None else d.passage.number,
