@@ -110,8 +110,8 @@ class Packer:
         candidates, by chunk index."""
         opts = self.options
         width = len(str(max(len(candidates), 1)))
-        self._number = "9" * width
-        self._separator = await self.counter.count(SEPARATOR)
+        number = "9" * width  # each passage estimated with the widest number it can have
+        separator = await self.counter.count(SEPARATOR)
         least = await self.min_budget()
         taken: list[_Taken] = []
         owners: list[tuple[Candidate, _Taken]] = []
@@ -155,10 +155,10 @@ class Packer:
                 if not meeting:
                     if opts.max_passages is not None and len(taken) >= opts.max_passages:
                         break
-                    room = opts.budget - used - (self._separator if taken else 0)
+                    room = opts.budget - used - (separator if taken else 0)
                     if room < least:  # not even a header fits: nothing new can, so nothing is counted
                         break
-                    attempt.tokens = await self._tokens(attempt)
+                    attempt.tokens = await self._tokens(attempt, number)
                     if attempt.tokens <= room:
                         placed = _Taken(attempt, shingles(attempt.text))
                         taken.append(placed)
@@ -167,9 +167,9 @@ class Packer:
                     continue
                 if self._extends_a_repeat(grown, meeting, taken, candidate, dropped):
                     break
-                grown.tokens = await self._tokens(grown)
+                grown.tokens = await self._tokens(grown, number)
                 others = [t for t in taken if t not in meeting]
-                after = sum(t.passage.tokens for t in others) + grown.tokens + self._separator * len(others)
+                after = sum(t.passage.tokens for t in others) + grown.tokens + separator * len(others)
                 if after <= opts.budget:  # it meets passages of its document: they grow into one
                     placed = meeting[0]
                     placed.passage, placed.shingles = grown, shingles(grown.text)
@@ -180,17 +180,17 @@ class Packer:
                     break
             else:
                 full = opts.max_passages is not None and len(taken) >= opts.max_passages
-                room = opts.budget - used - (self._separator if taken else 0)
+                room = opts.budget - used - (separator if taken else 0)
                 if (opts.overflow == "cut" and not full and room >= least
                         and not any(overlaps(t.passage, fallback) for t in same_doc)):
-                    cut = await self._cut(fallback, room)
+                    cut = await self._cut(fallback, room, number)
                     if cut is not None:
                         placed = _Taken(cut, shingles(cut.text))
                         taken.append(placed)
                         owners.append((candidate, placed))
             if placed is None and not (dropped and dropped[-1].candidate is candidate):
                 dropped.append(_Entry(candidate, "budget"))
-            used = sum(t.passage.tokens for t in taken) + self._separator * max(len(taken) - 1, 0)
+            used = sum(t.passage.tokens for t in taken) + separator * max(len(taken) - 1, 0)
         return await self._final(taken, owners, dropped)
 
     def _unrepeated(self, group: Passage, taken: list[_Taken], candidate: Candidate,
@@ -264,11 +264,11 @@ class Packer:
                 grown = merge(grown, other)
         return grown
 
-    async def _tokens(self, passage: Passage) -> int:
+    async def _tokens(self, passage: Passage, number: str) -> int:
         return await self.counter.count(self.options.template.render(passage.render_values(0) | {
-            "number": self._number}))
+            "number": number}))
 
-    async def _cut(self, passage: Passage, room: int) -> Passage | None:
+    async def _cut(self, passage: Passage, room: int, number: str) -> Passage | None:
         """The longest run of whole sentences from the passage's start that fits ``room`` tokens; None when
         not even its first sentence fits, or the passage is not a slice of its source."""
         if not passage.mergeable or passage.start is None:
@@ -280,7 +280,7 @@ class Packer:
             text = passage.text[:ends[mid]]
             cut = Passage(passage.collection, passage.chunks, passage.score, passage.rerank_score, text,
                           passage.start, passage.start + len(text), cut=True)
-            cut.tokens = await self._tokens(cut)
+            cut.tokens = await self._tokens(cut, number)
             if cut.tokens <= room:
                 best, lo = cut, mid + 1
             else:
