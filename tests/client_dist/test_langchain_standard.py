@@ -1,5 +1,6 @@
 """LangChain's own standard retriever suite (langchain-tests' ``RetrieversIntegrationTests``) on the installed
-adapter, with the current langchain-core, once with LangChain's ``k`` and once with ragserve's ``top_k``.
+adapters (the search retriever and the context retriever), with the current langchain-core, once with LangChain's
+``k`` and once with ragserve's ``top_k``.
 Retrievers the suite makes are recorded and closed after each test, so none is left to the garbage collector."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import Service
 from langchain_tests.integration_tests import RetrieversIntegrationTests
-from ragserve_client.langchain import RagserveRetriever
+from ragserve_client.langchain import RagserveContextRetriever, RagserveRetriever
 
 
 class _Suite(RetrieversIntegrationTests):
@@ -50,6 +51,31 @@ class TestWithK(_Suite):
 
 
 class TestWithTopK(_Suite):
+    @property
+    def num_results_arg_name(self) -> str:
+        return "top_k"
+
+
+class _ContextSuite(_Suite):
+    """The same suite for the context retriever: ``k`` is the most passages of its context."""
+
+    @property
+    def retriever_constructor(self) -> Callable[..., RagserveRetriever]:  # type: ignore[override]
+        def make(**params: Any) -> RagserveRetriever:
+            retriever = RagserveContextRetriever(**params)
+            self._made.append(retriever)
+            return retriever
+
+        return make
+
+
+class TestContextWithK(_ContextSuite):
+    @property
+    def num_results_arg_name(self) -> str:
+        return "k"
+
+
+class TestContextWithTopK(_ContextSuite):
     @property
     def num_results_arg_name(self) -> str:
         return "top_k"

@@ -1,7 +1,8 @@
 """The installed LlamaIndex retriever with the current llama-index-core: ``similarity_top_k`` reaches the server,
 and the retriever works inside LlamaIndex's own engines with ``MockLLM`` (which answers with the prompt it was
 given): ``RetrieverQueryEngine``, ``ContextChatEngine`` over two turns, and ``QueryFusionRetriever(use_async=True)``
-called again and again, from this thread and from one without a loop (each call a fresh ``asyncio.run``)."""
+called again and again, from this thread and from one without a loop (each call a fresh ``asyncio.run``). The
+context retriever gives ``/v1/context``'s passages, in its order, with their citation fields."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.retrievers import QueryFusionRetriever
 from llama_index.core.schema import NodeWithScore
 from ragserve_client import Client
-from ragserve_client.llamaindex import RagserveRetriever
+from ragserve_client.llamaindex import RagserveContextRetriever, RagserveRetriever
 
 FOLLOW_UP = "and green tea?"
 
@@ -80,3 +81,20 @@ def test_async_fusion_called_repeatedly_gives_each_chunk_once(service: Service) 
     first = [n.node.node_id for n in rounds[0]]
     assert len(first) == len(set(first)) == 3 and set(first) == {hit_id for hit_id, _ in _hits(service, 3)}
     assert all([n.node.node_id for n in r] == first for r in rounds)
+
+
+async def test_the_context_retriever_gives_the_services_passages(service: Service) -> None:
+    retriever = RagserveContextRetriever(service.collection, base_url=service.url, api_key=service.api_key,
+                                         budget_tokens=60)
+    nodes = retriever.retrieve(QUERY)
+    anodes = await retriever.aretrieve(QUERY)
+    await retriever.aclose()
+    retriever.close()
+    with Client(service.url, service.api_key) as rs:
+        expected = rs.context(service.collection, QUERY, budget_tokens=60)
+    assert expected.passages and expected.tokens <= 60
+    assert all(isinstance(node, NodeWithScore) for node in nodes)
+    got = [(n.node.text, n.score, n.node.metadata["ragserve_number"], n.node.metadata["ragserve_doc_id"],
+            n.node.metadata["ragserve_chunk_indexes"]) for n in nodes]
+    assert got == [(p.text, p.score, p.number, p.doc_id, p.chunk_indexes) for p in expected.passages]
+    assert [n.node.text for n in anodes] == [p.text for p in expected.passages]
