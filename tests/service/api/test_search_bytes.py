@@ -112,11 +112,29 @@ async def _record(tmp_path: Path, *, edge_process: bool) -> list[dict[str, Any]]
     return answers
 
 
+def write_golden(answers: list[dict[str, Any]], path: Path, *, write: bool) -> None:
+    """With ``write``, record ``answers`` as the golden file and end the test: comparing them with the file
+    just written would pass whatever they are."""
+    if write:
+        path.write_text(json.dumps(answers, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        pytest.skip(f"wrote {path}: run again without WRITE_SEARCH_GOLDEN to compare against it")
+
+
+def test_writing_the_golden_file_ends_the_test_without_comparing(tmp_path: Path) -> None:
+    path = tmp_path / "golden.json"
+    answers = [{"request": {"query": "q"}, "status": 200, "body": "{}"}]
+    write_golden(answers, path, write=False)
+    assert not path.exists()
+    with pytest.raises(pytest.skip.Exception, match="without WRITE_SEARCH_GOLDEN"):
+        write_golden(answers, path, write=True)
+    assert json.loads(path.read_text(encoding="utf-8")) == answers
+
+
 @pytest.mark.parametrize("edge_process", [True, False], ids=["store-process", "store-in-process"])
 async def test_search_answers_are_the_golden_bytes(tmp_path: Path, edge_process: bool) -> None:
     answers = await _record(tmp_path, edge_process=edge_process)
-    if os.environ.get("WRITE_SEARCH_GOLDEN") and edge_process:
-        GOLDEN.write_text(json.dumps(answers, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if edge_process:
+        write_golden(answers, GOLDEN, write=bool(os.environ.get("WRITE_SEARCH_GOLDEN")))
     golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
     assert [a["request"] for a in answers] == [g["request"] for g in golden]
     for answer, expected in zip(answers, golden, strict=True):
