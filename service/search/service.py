@@ -133,8 +133,8 @@ class SearchService:
             if not sparse.indices and mode == "sparse":
                 raise BadRequest("the query has no searchable terms (only stop-words or punctuation)",
                                  code="empty_sparse_query", param="query")
-            if not sparse.indices:
-                sparse = None  # hybrid degrades to dense for a query of stop-words only
+            if not sparse.indices:  # hybrid degrades to dense for a query of stop-words only, and says so
+                sparse, mode = None, "dense"
         fusion = self.fusion if q.fusion is None else replace(self.fusion, method=q.fusion)
         scope = read_scope(q.tenant)
 

@@ -103,12 +103,14 @@ async def test_score_details_are_asked_for(tmp_path: Path, backend: str) -> None
 
 
 async def test_a_hybrid_query_of_stop_words_only_has_no_bm25_scores(tmp_path: Path) -> None:
-    """Hybrid degrades to dense when BM25 has no term to search for: the score is the dense one, BM25 none."""
+    """Hybrid degrades to dense when BM25 has no term to search for: the score is the dense one, BM25 none, and
+    the answer's mode says dense (the playground labels the score by it)."""
     async with _client(tmp_path, "edge") as client:
         r = await client.post("/v1/search", json={"collection": "kb", "query": STOP_WORDS, "mode": "hybrid",
                                                   "score_details": True, "top_k": 3})
     assert r.status_code == 200, r.text
     hits = r.json()["hits"]
+    assert r.json()["mode"] == "dense"
     assert [(h["dense_score"], h["bm25_score"]) for h in hits] == [(h["vector_score"], None) for h in hits]
     assert [h["dense_score"] for h in hits] == pytest.approx([_cosine(h["text"], STOP_WORDS) for h in hits], abs=TOL)
 
