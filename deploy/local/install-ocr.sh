@@ -25,7 +25,8 @@ if [ "$(id -u)" -ne 0 ]; then
        "apt-get update && apt-get install -y --no-install-recommends ${packages[*]}  (docs/ocr.md: without root)" >&2
   exit 0
 fi
-echo "ragserve setup: installing Tesseract OCR (apt-get install ${packages[*]})"
+source "$(dirname "$0")/quietly.sh"
+echo "ragserve setup: installing Tesseract OCR (${packages[*]}), full log in $RAGSERVE_SETUP_LOG"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q --no-install-recommends "${packages[@]}"
+quietly "apt-get update" apt-get update -q
+quietly "apt-get install" apt-get install -y -q --no-install-recommends "${packages[@]}"

@@ -11,7 +11,8 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "ragserve setup: PostgreSQL is missing; as root run: apt-get update && apt-get install -y postgresql" >&2
   exit 1
 fi
-echo "ragserve setup: installing PostgreSQL (apt-get install postgresql)"
+source "$(dirname "$0")/quietly.sh"
+echo "ragserve setup: installing PostgreSQL, full log in $RAGSERVE_SETUP_LOG"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q postgresql
+quietly "apt-get update" apt-get update -q
+quietly "apt-get install" apt-get install -y -q postgresql
