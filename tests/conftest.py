@@ -39,6 +39,7 @@ from tests.support.runners import (
     set_start_cap,
 )
 from tests.support.soak import BASELINE_OPTION, Figures, Row, compare, load_baselines, table, write_baseline, write_run
+from tests.support.supervised import RestartGate
 from tests.support.tiers import SOAK_OPTION
 from tests.support.tiny_qwen3 import build_tiny_qwen3
 from tests.support.tiny_qwen3_vl import build_tiny_lora, build_tiny_qwen3_vl
@@ -262,7 +263,13 @@ def vl_runner(tmp_path_factory: pytest.TempPathFactory, runner_logs: Path) -> It
 
 
 @pytest.fixture(scope="session")
-def spare_minilm(runners: RunnerURLs, runner_logs: Path) -> Iterator[RunnerProcess]:
+def spare_restarts() -> RestartGate:
+    """Holds back ``spare_minilm``'s restarts while a test needs it down."""
+    return RestartGate()
+
+
+@pytest.fixture(scope="session")
+def spare_minilm(runners: RunnerURLs, runner_logs: Path, spare_restarts: RestartGate) -> Iterator[RunnerProcess]:
     """One more all-MiniLM-L6-v2 runner, supervised as ``ragserve runners up`` supervises its runners (restarted
     with backoff when it exits): the second replica of the pool tests and the victim of the crash tests, started
     once. A test that kills it leaves it to the supervisor; the next user waits for it (``ready_again``)."""
@@ -272,7 +279,8 @@ def spare_minilm(runners: RunnerURLs, runner_logs: Path) -> Iterator[RunnerProce
     spec.name = "spare-minilm"
     policy = RestartPolicy(initial_backoff_s=0.5, startup_timeout_s=600)
     counted_start(1)
-    with supervised([spec], log_dir=runner_logs, timeout_s=600, check=False, restart=policy) as (runner,):
+    with supervised([spec], log_dir=runner_logs, timeout_s=600, check=False, restart=policy,
+                    wait_backoff=spare_restarts.wait) as (runner,):
         yield runner
 
 

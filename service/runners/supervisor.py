@@ -42,11 +42,14 @@ class RestartPolicy:
 @contextmanager
 def supervised(specs: Sequence[RunnerSpec], *, log_dir: Path, timeout_s: float = 600.0,
                sequential: bool | None = None, check: bool = True,
-               restart: RestartPolicy | None = None) -> Iterator[list[RunnerProcess]]:
+               restart: RestartPolicy | None = None,
+               wait_backoff: Callable[[float], bool] | None = None) -> Iterator[list[RunnerProcess]]:
     """:func:`~service.runners.launcher.running`, with a runner that exits meanwhile restarted with backoff and
-    logged (``restart`` tunes it). The supervisor stops first on exit: nothing is restarted while it stops."""
+    logged (``restart`` tunes it; ``wait_backoff`` as :class:`Supervisor` takes it). The supervisor stops first on
+    exit: nothing is restarted while it stops."""
     with running(specs, log_dir=log_dir, timeout_s=timeout_s, sequential=sequential, check=check) as processes:
-        supervisor = Supervisor(processes, restart or RestartPolicy(startup_timeout_s=timeout_s))
+        supervisor = Supervisor(processes, restart or RestartPolicy(startup_timeout_s=timeout_s),
+                                wait_backoff=wait_backoff)
         supervisor.start()
         try:
             yield processes

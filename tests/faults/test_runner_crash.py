@@ -31,7 +31,7 @@ from service.config import Settings
 from service.runners.launcher import RunnerProcess
 from tests.support.app import API_KEY, app_client, wait_for_job
 from tests.support.holding import HoldingTransport
-from tests.support.supervised import answering
+from tests.support.supervised import RestartGate, answering
 from tests.support.tiers import patient
 
 pytestmark = pytest.mark.timeout(900)
@@ -87,7 +87,7 @@ async def _search(client, q: str):  # type: ignore[no-untyped-def]
 
 
 async def test_searches_while_the_runner_is_down_answer_503_then_recover(
-    spare_minilm: RunnerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    spare_minilm: RunnerProcess, spare_restarts: RestartGate, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="ragserve.runners")
     await answering(spare_minilm)
@@ -96,11 +96,10 @@ async def test_searches_while_the_runner_is_down_answer_503_then_recover(
         assert (await client.post("/v1/collections/kb/documents", json={"documents": DOCS})).status_code == 200
         before = {q: [h["doc_id"] for h in (await _search(client, q)).json()["hits"]] for q in QUERIES}
 
-        old_pid = _kill(spare_minilm)
-        await _group_gone(old_pid)
-        # Down: a restarted vLLM needs many seconds to import and load before it listens again, so these
-        # searches, sent one after another at once, reach no runner.
-        down = [await _search(client, q) for q in QUERIES[:3]]
+        with spare_restarts.held():  # down on purpose: the supervisor restarts it only once these are answered
+            old_pid = _kill(spare_minilm)
+            await _group_gone(old_pid)
+            down = [await _search(client, q) for q in QUERIES[:3]]
 
         await answering(spare_minilm, not_pid=old_pid)
         recovered: dict[str, list[str]] = {}

@@ -1,9 +1,13 @@
-"""Waiting for a supervised runner (``spare_minilm``) to answer again after a test killed it."""
+"""A supervised runner (``spare_minilm``) after a test killed it: its restart held back while the test needs
+it down (:class:`RestartGate`), and waiting for it to answer again."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 
@@ -26,3 +30,27 @@ async def answering(runner: RunnerProcess, *, not_pid: int | None = None, timeou
                     pass
             assert time.monotonic() < deadline, f"the supervisor did not bring {runner.spec.name} back"
             await asyncio.sleep(0.2)  # no event to wait on: another process's health
+
+
+class RestartGate:
+    """The supervisor's ``wait_backoff``: the backoff, then, while a test holds the gate, until it lets go. A test
+    that needs the runner down for a while holds it, so a restarted runner cannot answer early, however fast the
+    machine restarts it."""
+
+    def __init__(self) -> None:
+        self._open = threading.Event()
+        self._open.set()
+        self._sleep = threading.Event()  # never set: a wait that a test's hold does not end early
+
+    def wait(self, seconds: float) -> bool:
+        self._sleep.wait(seconds)
+        self._open.wait()
+        return False
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        self._open.clear()
+        try:
+            yield
+        finally:
+            self._open.set()
