@@ -98,6 +98,11 @@ class RunnerSettings(BaseModel):
         return value
 
 
+PRIORITY_SCHEDULED_RUNNERS = ("embedding", "rerank")
+"""Runners whose bulk requests carry ``RAGSERVE_UPSTREAM__BULK_PRIORITY`` (and which the launcher starts with
+``--scheduling-policy priority`` when it is set)."""
+
+
 class UpstreamSettings(BaseModel):
     """Timeouts, concurrency and retries toward the runners."""
 
@@ -116,8 +121,9 @@ class UpstreamSettings(BaseModel):
         "their own: vLLM serves first come first served, so a query waits behind at most this many batches.",
     )
     bulk_priority: int = Field(
-        0, ge=0, description="vLLM request priority of bulk requests (0: none sent). With 1, runners started with "
-        "--scheduling-policy priority (the launcher adds it then) serve waiting queries before waiting bulk work.",
+        0, ge=0, description="vLLM request priority of bulk requests to the embedding and rerank runners (0: none "
+        "sent). With 1, runners started with --scheduling-policy priority (the launcher adds it then) serve waiting "
+        "queries before waiting bulk work. The generator is not started so and is sent none.",
     )
     retries: int = Field(2, description="Retries for idempotent calls on 429/5xx/connection errors.")
     backoff_s: float = Field(0.2, description="First backoff; doubles each retry (up to 2 s), with jitter.")
@@ -141,6 +147,13 @@ class UpstreamSettings(BaseModel):
     )
     embed_batch_size: int = Field(64, description="Texts per /v1/embeddings request: when upserting, and for the "
                                   "queries of one event-loop turn, sent together.")
+
+    def bulk_priority_for(self, runner: str) -> int:
+        """The priority bulk requests to ``runner`` carry, and so whether the launcher starts it scheduling by
+        priority: the pooling runners get ``bulk_priority``. The generator gets none: vLLM 0.32 ignores a
+        priority it does not schedule by (and its docs say it may refuse one), and priority scheduling of chat
+        against picture descriptions is not shown to help, so it is not claimed."""
+        return self.bulk_priority if runner in PRIORITY_SCHEDULED_RUNNERS else 0
 
 
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)

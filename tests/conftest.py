@@ -253,9 +253,9 @@ def vl_runner(tmp_path_factory: pytest.TempPathFactory, runner_logs: Path) -> It
     }
     if os.environ.get("RAGSERVE_TEST_VL_SITE"):  # developer shortcut: the torchvision side-install elsewhere
         generation["cpu_extra_site"] = os.environ["RAGSERVE_TEST_VL_SITE"]
-    settings = Settings(profile="qwen3", generation=generation, runners={
+    settings = Settings(profile="qwen3", generation=generation, upstream={"bulk_priority": 1}, runners={
         "generate_url": f"http://127.0.0.1:{free_port()}", "generate_model_path": str(model),
-        "cpu_plan": TEST_CPU_PLAN})
+        "cpu_plan": TEST_CPU_PLAN})  # bulk priority on, as a deployment that wants indexing to yield has it
     (spec,) = [s for s in runner_specs(settings, QWEN3) if s.name == "generate"]
     counted_start(1)
     with running([spec], log_dir=runner_logs, timeout_s=600):

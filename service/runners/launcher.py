@@ -101,8 +101,6 @@ def runner_specs(settings: Settings, profile: Profile | None = None, *, cpu: boo
     cpu = vllm_is_cpu_build() if cpu is None else cpu
     rs = settings.runners
     common = ["--runner", "pooling", "--disable-uvicorn-access-log"]
-    if settings.upstream.bulk_priority:  # bulk requests carry a priority: vLLM refuses one unless it schedules by it
-        common += ["--scheduling-policy", "priority"]
     env: dict[str, str] = {}
     if cpu:
         common += ["--enforce-eager", "--dtype", "float32"]
@@ -132,6 +130,8 @@ def runner_specs(settings: Settings, profile: Profile | None = None, *, cpu: boo
     if generator is not None:
         specs.append(generator)
     for spec in specs:
+        if settings.upstream.bulk_priority_for(spec.name):  # its bulk requests carry a priority: schedule by it
+            spec.args += ["--scheduling-policy", "priority"]
         _add_engine_args(spec, settings, gpu=not cpu)
     setting = {"embedding": rs.embed_url, "rerank": rs.rerank_url, "generate": rs.generate_url}
     specs = [replica for spec in specs for replica in _replicas(spec, _ports(setting[spec.name]))]

@@ -2,6 +2,8 @@
 the scripted runner at the network edge. Random weights write meaningless text, so the test asserts what ragserve
 controls: the request went out in the bulk lane with the describe prompt, the chunk that came back is stored
 with ``location.source: "vision"`` on the image's document, and re-running the folder asks the runner nothing.
+With ``RAGSERVE_UPSTREAM__BULK_PRIORITY`` on (the runner started by the launcher with it on, as the session's is),
+the description carries no ``priority``: the launcher does not start the generator scheduling by priority.
 
 Skipped where vLLM cannot be imported (and no ``RAGSERVE_TEST_VL_URL`` runner is given): it starts no runner of
 its own, only the session's one.
@@ -38,6 +40,7 @@ async def test_a_png_is_described_by_the_vl_runner_into_a_vision_chunk(tmp_path:
     settings.generation.model = QWEN3.generator.name  # the served name of the session's VL runner
     settings.runners.generate_url = vl_runner.url
     settings.vision.max_tokens = 24
+    settings.upstream.bulk_priority = 1
     settings.ingest.allowed_roots = [tmp_path]
     settings.indexer.poll_s = 0.05  # how often the idle worker looks for the job (a wait, not an assertion)
     folder = tmp_path / "folder"
@@ -62,6 +65,7 @@ async def test_a_png_is_described_by_the_vl_runner_into_a_vision_chunk(tmp_path:
     assert sent["messages"][0] == {"role": "system", "content": DESCRIBE_SYSTEM_PROMPT}
     assert sent["messages"][1]["content"][1] == {"type": "text", "text": DESCRIBE_INSTRUCTION}
     assert sent["temperature"] == 0.0 and sent["max_tokens"] == 24
+    assert "priority" not in sent  # the generator does not schedule by it (one rule: UpstreamSettings)
     described = " ".join(answered["choices"][0]["message"]["content"].split())
     assert found.status_code == 200, found.text
     hits = found.json()["hits"]  # every chunk of the one-document collection

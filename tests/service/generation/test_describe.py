@@ -52,7 +52,7 @@ async def test_the_request_is_the_fixed_prompt_greedy_and_bounded_in_the_bulk_la
         lanes_seen.append(dict(d.generator.runner.lanes.in_flight))
         return httpx.Response(200, json=completion("  SALES 2024\n\n  A bar chart  of  sales by quarter. "))
 
-    d = describer(handler, bulk_priority=1)
+    d = describer(handler)
     image = picture(1)
     text = await d.describe(image)
     await d.generator.runner.aclose()
@@ -65,7 +65,7 @@ async def test_the_request_is_the_fixed_prompt_greedy_and_bounded_in_the_bulk_la
             {"role": "user", "content": [{"type": "image_url", "image_url": {"url": image.data_url}},
                                          {"type": "text", "text": DESCRIBE_INSTRUCTION}]},
         ],
-        "max_tokens": 200, "temperature": 0.0, "stream": False, "priority": 1,
+        "max_tokens": 200, "temperature": 0.0, "stream": False,
     }]
     assert lanes_seen == [{"query": 0, "bulk": 1}]
     assert "transcribe the text visible" in DESCRIBE_SYSTEM_PROMPT.lower()

@@ -56,7 +56,9 @@ def test_bulk_priority_starts_pooling_runners_scheduling_by_priority() -> None:
     assert all("--scheduling-policy" not in s.args for s in plain)
     emb, rr, gen = runner_specs(Settings(profile="qwen3", upstream={"bulk_priority": 1}), cpu=True)
     assert _flag(emb.args, "--scheduling-policy") == "priority" and _flag(rr.args, "--scheduling-policy") == "priority"
-    assert "--scheduling-policy" not in gen.args  # no bulk work goes to the generator
+    assert "--scheduling-policy" not in gen.args  # and its client sends no priority (one rule)
+    up = Settings(upstream={"bulk_priority": 1}).upstream
+    assert [up.bulk_priority_for(s.name) for s in (emb, rr, gen)] == [1, 1, 0]
 
 
 def test_one_replica_per_url_each_with_its_port_and_log() -> None:
