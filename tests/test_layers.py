@@ -101,6 +101,24 @@ def test_the_runner_modules_import_each_other_without_a_circle() -> None:
     assert circles(graph) == []
 
 
+def test_the_parsers_import_their_error_from_below_not_from_their_package() -> None:
+    """indexer/parsers/__init__.py imports every parser; a parser that imported ``ParseError`` back from the
+    package (inside a function, to dodge the circle at import time) made one. The error has its own module."""
+    package, prefix = ROOT / "indexer" / "parsers", "indexer.parsers"
+    submodules = {path.stem for path in package.glob("*.py")} - {"__init__"}
+    graph: dict[str, set[str]] = {}
+    for path in package.glob("*.py"):
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == prefix:
+                found.update(a.name if a.name in submodules else "__init__" for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(prefix + "."):
+                found.add(node.module.removeprefix(prefix + ".").split(".")[0])  # type: ignore[union-attr]
+        graph[path.stem] = found - {path.stem}
+    assert graph["__init__"] >= {"csv", "pdf", "errors"}
+    assert circles(graph) == []
+
+
 def circles(graph: dict[str, set[str]]) -> list[str]:
     """Every import circle of ``graph`` (module -> the modules it imports), each as ``a -> b -> a``."""
     found = []

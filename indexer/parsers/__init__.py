@@ -28,12 +28,8 @@ from pathlib import PurePosixPath
 from indexer.documents import ParsedDocument, SourceFile
 from indexer.ocr.reader import OcrReader
 from indexer.parsers import csv, docx, html, image, jsonl, markdown, pdf, pptx, rst, text, xlsx
+from indexer.parsers.errors import ParseError
 from indexer.parsers.ooxml import OLE_MAGIC
-
-
-class ParseError(Exception):
-    """The file cannot be read as any supported format (reported per file; the job goes on)."""
-
 
 TEXT_EXTENSIONS = frozenset("""
     .txt .text .log .out .diff .patch .adoc .asciidoc .org .tex .bib .srt .vtt

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from indexer.documents import ParsedDocument
+from indexer.parsers.errors import ParseError
 from indexer.parsers.markdown import heading_sections
 
 INTERNAL_SUBSET = re.compile(r"<!DOCTYPE[^>\[]*\[", re.IGNORECASE)
@@ -17,8 +18,6 @@ INTERNAL_SUBSET = re.compile(r"<!DOCTYPE[^>\[]*\[", re.IGNORECASE)
 
 def parse(name: str, html: str) -> ParsedDocument:
     import trafilatura
-
-    from indexer.parsers import ParseError
 
     if INTERNAL_SUBSET.search(html, 0, 65536) or "<!ENTITY" in html[:65536].upper():
         raise ParseError("html refused: it declares a DTD internal subset or entities (an entity bomb or an "

@@ -19,6 +19,7 @@ import warnings
 from indexer.documents import ImageRegion, ParsedDocument, Section
 from indexer.ocr.errors import OcrError, OcrUnavailable
 from indexer.ocr.reader import OcrReader
+from indexer.parsers.errors import ParseError
 from service.media.formats import DOCUMENT_RASTER, sniff
 from service.media.raster import open_raster
 
@@ -32,7 +33,6 @@ def is_image(data: bytes) -> bool:
 
 
 def parse(name: str, data: bytes, ocr: OcrReader | None) -> ParsedDocument:
-    from indexer.parsers import ParseError
 
     fmt = sniff(data)
     if fmt not in DOCUMENT_RASTER:
@@ -66,7 +66,6 @@ def parse(name: str, data: bytes, ocr: OcrReader | None) -> ParsedDocument:
 
 def _frame_sizes(data: bytes, fmt: str, max_pixels: int | None) -> list[tuple[int, int]]:
     """Each frame's declared size, from headers only, refused past the pixel cap (GIF and WebP: the first)."""
-    from indexer.parsers import ParseError
 
     sizes: list[tuple[int, int]] = []
     try:

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 from indexer.documents import ParsedDocument, Section
+from indexer.parsers.errors import ParseError
 from service.documents.payload import id_problem, metadata_problem, unicode_problem
 
 
@@ -45,7 +46,6 @@ class JsonlDocuments(Sequence[ParsedDocument]):
 
 
 def parse(name: str, data: bytes) -> JsonlDocuments:
-    from indexer.parsers import ParseError
     from indexer.parsers.text import decode
 
     lines = []

@@ -15,6 +15,8 @@ from __future__ import annotations
 import io
 import zipfile
 
+from indexer.parsers.errors import ParseError
+
 OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 ENCRYPTED_STREAM = "EncryptedPackage".encode("utf-16-le")
 MAX_UNPACKED_BYTES = 256 * 1024 * 1024
@@ -27,7 +29,6 @@ XML_SUFFIXES = (".xml", ".rels", ".vml")
 
 def check_package(data: bytes, kind: str) -> None:
     """Raise :class:`ParseError` unless ``data`` is a zip that is safe to hand to the ``kind`` library."""
-    from indexer.parsers import ParseError
 
     if data.startswith(OLE_MAGIC):
         if ENCRYPTED_STREAM in data:
@@ -58,8 +59,6 @@ def check_package(data: bytes, kind: str) -> None:
 def _check_prologue(archive: zipfile.ZipFile, part: zipfile.ZipInfo, kind: str) -> None:
     from defusedxml import DefusedXmlException
     from defusedxml.ElementTree import iterparse
-
-    from indexer.parsers import ParseError
 
     try:
         with archive.open(part) as stream:

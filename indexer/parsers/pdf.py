@@ -26,6 +26,7 @@ from typing import Any
 from indexer.documents import ImageRegion, ParsedDocument, Section
 from indexer.ocr.errors import OcrError, OcrUnavailable
 from indexer.ocr.reader import OcrReader
+from indexer.parsers.errors import ParseError
 
 MAX_OPERATORS = 5_000_000
 """Content operators one file may run; a text-heavy page runs a few thousand."""
@@ -42,8 +43,6 @@ class _OperatorBudget(Exception):
 def parse(name: str, data: bytes, ocr: OcrReader | None = None) -> ParsedDocument:
     from pypdf import PdfReader
     from pypdf.errors import LimitReachedError
-
-    from indexer.parsers import ParseError
 
     reader = PdfReader(io.BytesIO(data), strict=False)
     if reader.is_encrypted and not _decrypts(reader):

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 from indexer.documents import ParsedDocument, Section
+from indexer.parsers.errors import ParseError
 
 
 def decode(data: bytes) -> str:
     """Strict UTF-8 (a BOM allowed). NUL bytes mean binary data under a text name (or UTF-16): refused, as
     the documents API refuses NUL in text."""
-    from indexer.parsers import ParseError
 
     try:
         text = data.decode("utf-8-sig")

@@ -16,6 +16,7 @@ import io
 from typing import Any
 
 from indexer.documents import ParsedDocument, Section, Table
+from indexer.parsers.errors import ParseError
 from indexer.parsers.ooxml import check_package
 
 MAX_CELLS = 5_000_000
@@ -23,8 +24,6 @@ MAX_CELLS = 5_000_000
 
 def parse(name: str, data: bytes) -> ParsedDocument:
     from openpyxl import load_workbook
-
-    from indexer.parsers import ParseError
 
     check_package(data, "xlsx")
     book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
