@@ -1,6 +1,6 @@
 """Prometheus metrics: request counts and latency per route, latency per pipeline stage, upstream errors, per
 runner replica (:mod:`service.observability.replica_metrics`) and of the query-embedding cache
-(:mod:`service.observability.query_cache_metrics`).
+(:mod:`service.search.query_cache_metrics`).
 
 One registry per app, so several apps (tests) never collide on global collectors.
 """
@@ -13,8 +13,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.observability.query_cache_metrics import QueryCacheCollector
 from service.observability.replica_metrics import ReplicaCollector
+from service.search.query_cache_metrics import QueryCacheCollector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from service.clients.affinity import QUESTION_SEPARATOR
+
 GROUNDED_SYSTEM_PROMPT = (
     "You answer questions using only the numbered context passages given with the question. "
     "Cite every passage you use by its number in square brackets, like [1] or [2][3]. "
@@ -41,9 +43,6 @@ DESCRIBE_PROMPT_VERSION = 1
 (:mod:`indexer.vision`), so a new prompt describes every picture again, once."""
 
 
-QUESTION_SEPARATOR = "\n\nQuestion: "
-"""Between the context and the question in a grounded user turn: what precedes it is the cacheable prefix
-(:mod:`service.generation.affinity` routes by it)."""
 
 
 def format_context(context: str, question: str) -> str:

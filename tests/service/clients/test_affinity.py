@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.generation.affinity import prefix_key
+from service.clients.affinity import prefix_key
 from service.generation.prompts import grounded_messages, image_query_messages
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}

@@ -21,7 +21,9 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from service.generation.prompts import QUESTION_SEPARATOR
+QUESTION_SEPARATOR = "\n\nQuestion: "
+"""Between the context and the question in a grounded user turn (:mod:`service.generation.prompts` writes it): what
+precedes it is the cacheable prefix this routes by."""
 
 
 def prefix_key(messages: Sequence[dict[str, Any]], *, model: str | None = None) -> str | None:
