@@ -34,11 +34,11 @@ from indexer.spec import IngestSpec, PathSource, UploadSource, default_source_na
 from indexer.vision import JobBudget, Vision
 from service.clients.embeddings import EmbeddingClient
 from service.config import Settings
+from service.documents.normalisation import SparseNormaliser
 from service.documents.writer import content_hash
 from service.errors import RagserveError
 from service.observability.context import RequestContext, bind, unbind
 from service.observability.tracing import stage
-from service.sparse.normalisation import SparseNormaliser
 from service.store.base import VectorStore
 from service.store.tenancy import Tenant, write_scope
 from service.store.types import Chunk, CollectionInfo, DocState

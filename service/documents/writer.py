@@ -17,8 +17,8 @@ from typing import Any
 
 from service.clients.embeddings import EmbeddingClient
 from service.config import Limits
+from service.documents.normalisation import SparseNormaliser
 from service.errors import InvalidInput, PayloadTooLarge
-from service.sparse.normalisation import SparseNormaliser
 from service.store.base import VectorStore
 from service.store.tenancy import Tenant, write_scope
 from service.store.types import Chunk

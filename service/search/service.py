@@ -17,7 +17,7 @@ from service.clients.rerank import RerankClient
 from service.errors import BadRequest, Conflict
 from service.observability.tracing import stage
 from service.search.query_cache import QueryEmbeddingCache, QueryKey
-from service.sparse.normalisation import encoder
+from service.sparse.bm25 import encoder
 from service.store.base import VectorStore
 from service.store.errors import CollectionImporting
 from service.store.tenancy import Tenant, read_scope

@@ -10,7 +10,7 @@ Analysis (tokenizing, lower-casing, stop-words, stemming, term ids) is the engin
 ``qdrant_edge.Bm25``, whose config is the Qdrant server's ``Bm25Config``, so the embedded engine and a
 server index the same terms (docs/bm25.md: as good as ragserve's earlier analyzer on SciFact, 2.6x faster).
 The engine computes term frequencies only; the weights are computed here, with the collection's own
-``avg_len`` (see ``service.sparse.normalisation``). ragserve's earlier analyzer (regex + PyStemmer, CRC32 term
+``avg_len`` (see ``service.documents.normalisation``). ragserve's earlier analyzer (regex + PyStemmer, CRC32 term
 ids) stays for collections written with it.
 """
 
@@ -25,7 +25,7 @@ import qdrant_edge as qe
 
 from service.sparse.config import LEGACY_ENCODER, SparseConfig
 from service.sparse.stopwords import STOPWORDS
-from service.store.types import SparseVector
+from service.sparse.vector import SparseVector
 
 __all__ = ["Bm25Encoder", "SparseConfig"]
 
@@ -83,7 +83,7 @@ class Bm25Encoder:
     def encode_document(self, text: str, avg_len: float | None = None) -> SparseVector:
         avg = avg_len or self.config.avg_len
         if avg is None:
-            raise ValueError("avg_len is not known yet (service.sparse.normalisation sets it)")
+            raise ValueError("avg_len is not known yet (service.documents.normalisation sets it)")
         return self.weights(self.frequencies(text), avg)
 
     def encode_query(self, text: str) -> SparseVector:
@@ -96,3 +96,13 @@ class Bm25Encoder:
 
 def _index(term: str) -> int:
     return zlib.crc32(term.encode("utf-8")) & 0x7FFFFFFF
+
+
+@lru_cache(maxsize=64)
+def encoder_for(config_json: str) -> Bm25Encoder:
+    return Bm25Encoder(SparseConfig.model_validate_json(config_json))
+
+
+def encoder(config: SparseConfig) -> Bm25Encoder:
+    """The encoder of a collection's analysis settings (built once per settings; ``avg_len`` aside)."""
+    return encoder_for(config.model_copy(update={"avg_len": None}).model_dump_json())

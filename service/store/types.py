@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from service.sparse.config import LEGACY_ENCODER, SparseConfig, SparseStats
+from service.sparse.vector import SparseVector
+
+__all__ = ["SparseVector"]  # re-exported: a point's sparse vector is part of what the store holds
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -37,12 +40,6 @@ def point_id(collection: str, doc_id: str, chunk_index: int, tenant: str | None 
     if tenant is not None:  # untenanted ids stay what they always were
         name = f"{collection}\x1f{tenant}\x1e{doc_id}\x1f{chunk_index}"
     return str(uuid.uuid5(POINT_NAMESPACE, name))
-
-
-@dataclass(frozen=True)
-class SparseVector:
-    indices: list[int]
-    values: list[float]
 
 
 @dataclass(frozen=True)
@@ -104,7 +101,7 @@ class CollectionInfo:
     sparse: SparseConfig | None = None
     """BM25 analysis settings when the collection stores sparse vectors."""
     sparse_stats: SparseStats | None = None
-    """Length statistics of the documents written so far (service.sparse.normalisation keeps them)."""
+    """Length statistics of the documents written so far (service.documents.normalisation keeps them)."""
     quantization: str | None = None
     """``"int8"`` once ``ragserve optimize --int8`` quantized the dense vectors, or an import of an int8 export
     recorded it (embedded store only): its dense searches then oversample and rescore

@@ -175,7 +175,7 @@ def save_data(folder: Path, name: str, x: np.ndarray, q: np.ndarray, docs_sparse
 
 def bm25_weights(tf: np.ndarray, length: np.ndarray, avg_len: float) -> np.ndarray:
     """ragserve's document weights (service/sparse/bm25.py) with its default settings; ``avg_len`` is what a
-    collection created without one estimates from its documents (service/sparse/normalisation.py)."""
+    collection created without one estimates from its documents (service/documents/normalisation.py)."""
     from service.sparse.config import SparseConfig
 
     cfg = SparseConfig()

@@ -33,7 +33,7 @@ import numpy as np
 from service.config import Settings
 from service.profiles import QWEN3
 from service.search.service import DEFAULT_RERANK_CANDIDATES
-from service.sparse.normalisation import encoder
+from service.sparse.bm25 import encoder
 from service.store.edge import EdgeStore
 from service.store.types import CollectionInfo, Fusion
 from tests.bench.bench_api_search import COLLECTION, KEY, api_process, search_body

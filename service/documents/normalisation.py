@@ -23,9 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from functools import lru_cache
 
-from service.sparse.bm25 import Bm25Encoder, TermFrequencies
+from service.sparse.bm25 import TermFrequencies, encoder
 from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore
 from service.store.types import SparseVector
@@ -33,16 +32,6 @@ from service.store.types import SparseVector
 log = logging.getLogger("ragserve.sparse")
 MIN_DOCUMENTS = 64
 DRIFT_BAND = (0.8, 1.25)
-
-
-@lru_cache(maxsize=64)
-def encoder_for(config_json: str) -> Bm25Encoder:
-    return Bm25Encoder(SparseConfig.model_validate_json(config_json))
-
-
-def encoder(config: SparseConfig) -> Bm25Encoder:
-    """The encoder of a collection's analysis settings (built once per settings; ``avg_len`` aside)."""
-    return encoder_for(config.model_copy(update={"avg_len": None}).model_dump_json())
 
 
 class SparseNormaliser:

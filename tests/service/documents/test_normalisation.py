@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from service.documents.normalisation import MIN_DOCUMENTS, SparseNormaliser
 from service.sparse.config import SparseConfig, SparseStats
-from service.sparse.normalisation import MIN_DOCUMENTS, SparseNormaliser
 from service.store.base import VectorStore
 from service.store.types import Chunk
 from tests.service.store.test_contract import open_backend
@@ -37,7 +37,7 @@ async def write(store: VectorStore, name: str, start: int, lengths: list[int]) -
 
 
 async def scores(store: VectorStore, name: str, query: str) -> dict[str, float]:
-    from service.sparse.normalisation import encoder
+    from service.sparse.bm25 import encoder
 
     info = await store.describe(name)
     assert info.sparse is not None
