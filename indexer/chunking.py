@@ -4,9 +4,11 @@ Each section (a heading's body, a PDF page, a slide) is cut into windows of ``si
 by ``overlap`` tokens; windows end on token boundaries, and a chunk never crosses a section, so its headings
 and page are exact. A table section (CSV, a sheet) is cut between rows instead: each chunk is whole rows
 under the table's header line, with the row range in its location. ``size`` is capped by the runner's
-window minus the special tokens the tokenizer adds, so no chunk is ever truncated by the runner. Offsets
-are characters and UTF-8 bytes into the document's full text, for citations (a table chunk's offsets cover
-its rows; its stored text has the header line above them).
+window minus the special tokens the tokenizer adds, so no split chunk is ever truncated by the runner.
+Unsplit (``split=False``: a JSONL passage, a record) each section is kept whole, and a chunk's ``tokens`` is
+always the count of its whole text: one past ``max_size`` is cut by the runner, which the pipeline counts and
+reports (:meth:`Chunker.truncated`). Offsets are characters and UTF-8 bytes into the document's full text,
+for citations (a table chunk's offsets cover its rows; its stored text has the header line above them).
 """
 
 from __future__ import annotations
@@ -36,9 +38,15 @@ class Chunker:
             raise ValueError(f"chunk size {self.size} is too small")
         self.overlap = min(overlap, self.size // 2)
         self.tokenizer = tokenizer
+        self.window = window
+
+    def truncated(self, chunk: ChunkText) -> bool:
+        """Whether the runner embeds ``chunk`` cut to its window (only an unsplit chunk can be)."""
+        return chunk.tokens > self.max_size
 
     def chunk(self, doc: ParsedDocument, *, split: bool = True) -> list[ChunkText]:
-        """Chunks of ``doc``; with ``split=False`` each section is one chunk cut at the window."""
+        """Chunks of ``doc``; with ``split=False`` each section is one whole chunk (the runner cuts one past
+        its window: :meth:`truncated`)."""
         out: list[ChunkText] = []
         byte_index = _ByteOffsets(doc.full_text)
         for section in doc.sections:
@@ -50,6 +58,11 @@ class Chunker:
 
     def _windows(self, section: Section, split: bool, byte_index: _ByteOffsets, out: list[ChunkText],
                  extra: dict[str, Any] | None = None) -> None:
+        if not split:  # the whole text, counted as the runner will see it (the batch packer and the job use it)
+            tokens = self._count(section.text.strip())
+            if tokens:
+                self._emit(section, 0, len(section.text), tokens, byte_index, out, extra)
+            return
         encoding = self.tokenizer.encode(section.text, add_special_tokens=False)
         offsets = encoding.offsets
         if not offsets:
@@ -57,13 +70,11 @@ class Chunker:
         start = 0
         while True:
             end = min(start + self.size, len(offsets))
-            if split and end < len(offsets):
+            if end < len(offsets):
                 end = _word_boundary(offsets, end, lowest=start + self.size // 2)
             c0, c1 = offsets[start][0], offsets[end - 1][1]
-            if not split:
-                c1 = len(section.text)
             self._emit(section, c0, c1, end - start, byte_index, out, extra)
-            if end == len(offsets) or not split:
+            if end == len(offsets):
                 break
             start = _word_boundary(offsets, max(end - self.overlap, start + 1), lowest=start + 1)
 
@@ -110,7 +121,7 @@ class Chunker:
         if tokens > self.size and not cap and len(rows) > 1:
             return False
         c0 = rows[0][1] + len(raw) - len(raw.lstrip())
-        self._emit(section, c0, c0 + len(body), min(tokens, self.size), byte_index, out,
+        self._emit(section, c0, c0 + len(body), tokens, byte_index, out,
                    {"rows": [rows[0][0], rows[-1][0]]}, text=text)
         return True
 

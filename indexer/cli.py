@@ -71,7 +71,8 @@ def summary(job: Job) -> str:
         f"job {job.id}: {job.state}" + (f" ({job.message})" if job.message else ""),
         f"  documents: {c.documents_seen} seen, {c.documents_indexed} indexed, "
         f"{c.documents_unchanged} unchanged, {c.documents_failed} failed, {c.documents_deleted} deleted",
-        f"  chunks: {c.chunks}, tokens: {c.tokens}, files failed: {c.files_failed}",
+        f"  chunks: {c.chunks}" + (f" ({c.chunks_truncated} cut to the model's window)" if c.chunks_truncated else "")
+        + f", tokens: {c.tokens}, files failed: {c.files_failed}",
     ]
     if job.progress.elapsed_s:
         rate = f", {job.progress.tokens_per_s:.0f} tokens/s" if job.progress.tokens_per_s else ""

@@ -8,6 +8,9 @@ per document with the reason); it never takes the job down or leaves a document 
 which some documents failed succeeds with their errors listed; one in which every document failed (and
 none was indexed or unchanged) ends ``failed``.
 
+An unsplit chunk (a JSONL passage) longer than the embedding model's window is embedded cut to it by the
+runner; the job counts those (``chunks_truncated``) and says so once, in its errors and its log, at its end.
+
 A job submitted by a tenant's key stamps the tenant on every document and sees (for re-syncs and prunes)
 only that tenant's documents. Each batch is a trace span (``index_batch``) with ``embed`` and ``store``
 children; the job's log lines carry ``job-<id>`` as their request id.
@@ -67,6 +70,8 @@ class DocWork:
     doc: ParsedDocument
     chunks: list[ChunkText]
     content_hash: str
+    truncated: int = 0
+    """How many of ``chunks`` the runner will embed cut to its window."""
 
     @property
     def tokens(self) -> int:
@@ -216,6 +221,12 @@ class Pipeline:
                 job.counts.documents_deleted = len(gone)
                 await self.queue.mark_documents(job, {d: "deleted" for d in gone})
         c = job.counts
+        if c.chunks_truncated:
+            warning = (f"{c.chunks_truncated} chunk(s) longer than the embedding model's window of {chunker.max_size} "
+                       f"tokens ({chunker.window} with its special tokens) were embedded from their first "
+                       f"{chunker.max_size} tokens; chunking \"tokens\" splits them instead")
+            log.warning("job %s: %s", job.id, warning)
+            self._error(job, source_name, warning)
         log.info("job %s into %s: %d indexed, %d unchanged, %d failed, %d deleted", job.id, job.collection,
                  c.documents_indexed, c.documents_unchanged, c.documents_failed, c.documents_deleted)
         if c.documents_indexed == 0 and c.documents_unchanged == 0 and (c.documents_failed or c.files_failed):
@@ -288,7 +299,8 @@ class Pipeline:
                     meta = spec.tenant.stamp(meta)
                 doc = dataclasses.replace(doc, metadata=meta)
                 chunks = chunker.chunk(doc, split=split)
-                yield DocWork(doc, chunks, file_hash or content_hash(doc.full_text, meta, *version))
+                yield DocWork(doc, chunks, file_hash or content_hash(doc.full_text, meta, *version),
+                              sum(map(chunker.truncated, chunks)))
 
     def _files(self, job_id: str, spec: IngestSpec) -> tuple[Iterator[SourceFile | FileError], int]:
         """The source's files, read lazily, and how many there are (called from the reader thread)."""
@@ -331,6 +343,7 @@ class Pipeline:
             job.counts.documents_indexed += len(work)
             job.counts.chunks += sum(len(w.chunks) for w in work)
             job.counts.tokens += sum(w.tokens for w in work)
+            job.counts.chunks_truncated += sum(w.truncated for w in work)
             await self.queue.mark_documents(job, {w.doc.doc_id: "indexed" for w in work})
             return
         if len(work) > 1:

@@ -46,6 +46,8 @@ class Counts:
     files_failed: int = 0
     chunks: int = 0
     tokens: int = 0
+    chunks_truncated: int = 0
+    """Chunks longer than the embedding model's window (unsplit passages), embedded cut to it."""
     documents_total: int | None = None
     """Known once every file has been read."""
 

@@ -18,17 +18,16 @@ PYTHON=${PYTHON:-python3}
 TEST_TOOLS=("pytest>=8" "pytest-asyncio>=0.23" "langchain-tests>=1.1")
 
 # What the venv is built from: a change to any of these rebuilds the wheel and reinstalls it.
-stamp=$(cat service/client/*.py service/client/pyproject.toml deploy/client/constraints.txt "$0" | sha256sum | cut -d' ' -f1)
+stamp=$(cat service/client/*.py service/client/pyproject.toml service/client/MANIFEST.in service/client/build_backend/*.py \
+  deploy/client/constraints.txt "$0" | sha256sum | cut -d' ' -f1)
 if [ -f "$VENV/.ragserve-client-stamp" ] && [ "$(cat "$VENV/.ragserve-client-stamp")" = "$stamp" ]; then
   echo "client venv: $VENV is up to date"
   exit 0
 fi
 
 wheels=$VENV/wheel   # kept: the wheel the venv holds, for a look at its contents (test_distribution.py)
-trap 'rm -rf service/client/build service/client/ragserve_client.egg-info' EXIT
-# setuptools builds in the source folder: a build/lib left from an earlier build could put a deleted module back
-# into the wheel, so none is kept before or after.
-rm -rf service/client/build service/client/ragserve_client.egg-info
+# The client's build backend (service/client/build_backend) builds from a temporary copy: nothing is written into
+# service/client, and a build/ left there by an older build is not read.
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 rm -rf "$wheels"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip

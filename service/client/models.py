@@ -82,6 +82,7 @@ class JobCounts(_Model):
     files_failed: int = 0
     chunks: int = 0
     tokens: int = 0
+    chunks_truncated: int = 0
     documents_total: int | None = None
 
 

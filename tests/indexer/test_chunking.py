@@ -67,6 +67,19 @@ def test_unsplit_records_are_one_chunk(tokenizer) -> None:  # type: ignore[no-un
     assert c.text == text.strip()
 
 
+def test_an_unsplit_record_counts_every_token_it_keeps(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """Its count is the whole text's, past the chunk size and past the window (it was capped at the size,
+    which understated a passage corpus's tokens and misled the batch packer)."""
+    chunker = Chunker(tokenizer, window=256, size=64)
+    (short,) = chunker.chunk(_doc("  " + "word " * 100), split=False)
+    assert short.text == ("word " * 100).strip() and short.tokens == 100
+    (long,) = chunker.chunk(_doc("word " * 1000), split=False)
+    assert long.tokens == 1000
+    mixed = "Café naïve résumé, the co-operative's 3.5% (approx.) rate. " * 20
+    (c,) = chunker.chunk(_doc(mixed), split=False)
+    assert c.tokens == len(tokenizer.encode(c.text, add_special_tokens=False).ids) == 400
+
+
 def _table(header: str, rows: list[str], first_row: int = 2) -> ParsedDocument:
     from indexer.documents import Table
 
@@ -110,3 +123,10 @@ def test_a_row_longer_than_a_chunk_is_cut_into_windows_of_its_own(tokenizer) -> 
 def test_unsplit_table_is_one_chunk_under_the_header(tokenizer) -> None:  # type: ignore[no-untyped-def]
     (c,) = Chunker(tokenizer, window=256, size=20).chunk(_table("a | b", ["1 | 2", "3 | 4"]), split=False)
     assert c.text == "a | b\n1 | 2\n3 | 4" and c.location["rows"] == [2, 3]
+
+
+def test_unsplit_table_counts_every_token_it_keeps(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    rows = [f"item{i} | {i * 10}" for i in range(30)]
+    (c,) = Chunker(tokenizer, window=256, size=8).chunk(_table("name | count", rows), split=False)
+    assert c.text == "name | count\n" + "\n".join(rows)
+    assert c.tokens == len(tokenizer.encode(c.text, add_special_tokens=False).ids) == 3 + 30 * 4  # item, ##i, |, i*10

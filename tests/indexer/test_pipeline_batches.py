@@ -3,15 +3,20 @@
 - short documents are packed into one request per ``batch_tokens``, never a full request and a lone leftover
   (a batch closed *after* it passed the budget went out as two requests: the budget's worth, then one text);
 - a batch whose requests partly failed is tried again with only the texts that got no vectors: a text the
-  runner answered is never embedded twice (a worker restarted mid-job showed one document embedded twice).
+  runner answered is never embedded twice (a worker restarted mid-job showed one document embedded twice);
+- JSONL passages (one unsplit chunk each) are packed, and counted in the job, by their whole length, not the
+  chunk size; a passage past the runner's window is counted and reported, since the runner embeds it cut.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
 
 from indexer.tokenizer import load_tokenizer, tokenizer_source
 from service.config import Settings
@@ -94,3 +99,50 @@ async def test_a_retry_embeds_only_what_got_no_vectors(tmp_path: Path) -> None:
     assert retry == [failed[0].inputs] == [tuple(chunks[4:])]
     answered = Counter(t for a in runner.arrivals if a is not failed[0] for t in a.inputs)
     assert answered == Counter(chunks)  # every chunk embedded once
+
+
+def _passages(folder: Path, texts: list[str]) -> None:
+    folder.mkdir()
+    lines = [json.dumps({"_id": f"p{i}", "text": t}) for i, t in enumerate(texts)]
+    (folder / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+
+
+async def test_passages_are_packed_and_counted_by_their_whole_length(tmp_path: Path) -> None:
+    """Six passages of 30 tokens with 16-token chunks and a budget of two passages: two per request. Counted
+    at the chunk size (16 each), three went into each request, and the job reported 96 tokens for 180."""
+    texts = [" ".join(WORDS[i:i + 30]) for i in range(6)]
+    folder = tmp_path / "docs"
+    _passages(folder, texts)
+    settings = _settings(tmp_path, 2 * 30 + 1)
+    assert [_tokens(settings, t) for t in texts] == [30] * 6  # the fixture's premise: one token per word
+    runner = ScriptedEmbedder()
+    async with app_client(settings, transports={"embedding": runner.transport}, with_worker=True) as client:
+        job = await _ingest(client, folder, chunk_tokens=16)
+    assert job["state"] == "succeeded" and job["counts"]["documents_indexed"] == 6, job
+    assert runner.inputs() == [tuple(texts[i:i + 2]) for i in range(0, 6, 2)]
+    assert job["counts"]["chunks"] == 6 and job["counts"]["tokens"] == 180
+    assert job["counts"]["chunks_truncated"] == 0 and job["errors"] == []
+
+
+async def test_a_passage_past_the_window_is_counted_and_reported(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """MiniLM's window is 256 tokens, 254 of text after [CLS] and [SEP]: a 254-token passage fits, a
+    255-token one is embedded cut, and the job says how many were."""
+    words = [WORDS[i % len(WORDS)] for i in range(300)]
+    texts = [" ".join(words[:254]), " ".join(words[:255]), " ".join(words), "a short passage"]
+    folder = tmp_path / "docs"
+    _passages(folder, texts)
+    settings = _settings(tmp_path, 100_000)
+    assert [_tokens(settings, t) for t in texts] == [254, 255, 300, 3]
+    runner = ScriptedEmbedder()
+    with caplog.at_level(logging.WARNING, logger="ragserve.indexer"):
+        async with app_client(settings, transports={"embedding": runner.transport}, with_worker=True) as client:
+            job = await _ingest(client, folder)
+    assert job["state"] == "succeeded" and job["counts"]["documents_indexed"] == 4, job
+    assert job["counts"]["tokens"] == 254 + 255 + 300 + 3
+    assert job["counts"]["chunks_truncated"] == 2
+    warning = ("2 chunk(s) longer than the embedding model's window of 254 tokens (256 with its special tokens) "
+               "were embedded from their first 254 tokens; chunking \"tokens\" splits them instead")
+    assert job["errors"] == [{"item": f"path:{folder}", "error": warning}]
+    assert [r.getMessage() for r in caplog.records if r.name == "ragserve.indexer" and r.levelno == logging.WARNING] \
+        == [f"job {job['id']}: {warning}"]

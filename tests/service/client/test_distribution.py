@@ -1,7 +1,8 @@
 """The ragserve-client distribution (service/client/pyproject.toml): its wheel holds exactly the client's modules,
-its venv (deploy/client/build-venv.sh: the wheel with both adapters, and the adapter tests' tools) holds only
-what deploy/client/allowlist.txt allows and none of the server's dependencies, and the adapter tests
-(tests/client_dist) pass from that venv, with the current LangChain and LlamaIndex, against a live app.
+a build writes nothing into service/client and ships no module deleted from it, its venv
+(deploy/client/build-venv.sh: the wheel with both adapters, and the adapter tests' tools) holds only what
+deploy/client/allowlist.txt allows and none of the server's dependencies, and the adapter tests (tests/client_dist)
+pass from that venv, with the current LangChain and LlamaIndex, against a live app.
 
 The venv is the one the gate's setup built (tests/run.sh; RAGSERVE_TEST_CLIENT_VENV names another); building it here
 when it is missing or stale needs PyPI. A venv that cannot be built fails the test: it never skips."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -73,6 +75,38 @@ def test_the_wheel_holds_exactly_the_client_modules(venv: Path) -> None:
     requires = sorted(line.split(": ", 1)[1] for line in metadata.splitlines() if line.startswith("Requires-Dist: "))
     assert requires == ["httpx>=0.27", 'langchain-core>=0.3; extra == "langchain"',
                         'llama-index-core>=0.12.30; extra == "llamaindex"', "pydantic>=2.7"]
+
+
+def _wheel(source: Path, out: Path) -> set[str]:
+    """The names in the wheel pip builds from ``source``, offline, with this venv's setuptools. No bytecode: the
+    backend's own module, imported from the sources, would leave a __pycache__ there that is Python's, not the
+    build's."""
+    env = os.environ | {"PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
+                           "--no-index", "--no-build-isolation", str(source), "-w", str(out)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [wheel] = out.glob("ragserve_client-*.whl")
+    return set(zipfile.ZipFile(wheel).namelist())
+
+
+def _files(folder: Path) -> set[str]:
+    return {path.relative_to(folder).as_posix() for path in folder.rglob("*")}
+
+
+def test_a_build_writes_nothing_into_the_sources_and_ships_no_deleted_module(tmp_path: Path) -> None:
+    """setuptools builds in the source folder: `pip install ./service/client` left build/ and an egg-info there, and
+    a module deleted after one build stayed in build/lib, from where the next wheel shipped it. The client's build
+    backend builds from a copy instead. Here on a copy of the client, so the checkout is not touched."""
+    source = tmp_path / "client"
+    shutil.copytree(CLIENT, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    files = _files(source)
+    first = _wheel(source, tmp_path / "first")
+    assert _files(source) == files
+    (source / "paths.py").unlink()
+    second = _wheel(source, tmp_path / "second")
+    assert _files(source) == files - {"paths.py"}
+    assert first - second == {"ragserve_client/paths.py"} and second <= first
 
 
 def test_one_version_for_the_server_and_the_client() -> None:

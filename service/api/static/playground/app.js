@@ -426,7 +426,8 @@ async function refreshJobs() {
 
 const COUNTS = [["documents_seen", "seen"], ["documents_total", "total"], ["documents_indexed", "indexed"],
   ["documents_unchanged", "unchanged"], ["documents_failed", "failed"], ["documents_deleted", "deleted"],
-  ["files_failed", "files failed"], ["chunks", "chunks"], ["tokens", "tokens"]];
+  ["files_failed", "files failed"], ["chunks", "chunks"], ["tokens", "tokens"],
+  ["chunks_truncated", "cut to the window"]];
 
 function renderJob(job) {
   const list = $("jobs");
