@@ -16,10 +16,12 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from service.sparse.config import SparseConfig, SparseStats
 from service.store.snapshots import SnapshotError, SnapshotInfo
+from service.store.ties import settled
 from service.store.types import (
     Chunk,
     CollectionInfo,
@@ -111,14 +113,32 @@ class VectorStore(ABC):
     async def scroll_states(self, name: str, where: Filter | None) -> dict[str, DocState]:
         """Fold the (doc_id, chunk_index, hash, count) payload of every matching point into states."""
 
-    @abstractmethod
     async def query(
         self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
         idf_corpus: Filter | None = None,
     ) -> list[Hit]:
-        """Dense, sparse, or both fused, in one engine call (prefetches + fusion when both are given).
+        """Dense, sparse, or both fused (prefetches + fusion when both are given), the best ``limit`` hits by
+        score, tied scores by point id (:mod:`service.store.ties`): the same query answers the same list on every
+        call and on every copy of the collection. Usually one engine call; a tie at the cut can take more.
         ``idf_corpus`` restricts the points BM25's document frequencies are counted over (a tenant's)."""
+        if dense is not None and sparse is not None:
+            # Each list is fused from the depth ``limit`` gives, not the larger fetch: deeper lists would add
+            # candidates and change the fused scores.
+            fusion = fusion or Fusion()
+            fusion = replace(fusion, prefetch_limit=max(limit, fusion.prefetch_limit))
+        return await settled(lambda n: self.engine_query(name, dense=dense, sparse=sparse, limit=n,
+                                                         query_filter=query_filter, fusion=fusion,
+                                                         idf_corpus=idf_corpus), limit)
+
+    @abstractmethod
+    async def engine_query(
+        self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
+        limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
+        idf_corpus: Filter | None = None,
+    ) -> list[Hit]:
+        """One engine call for :meth:`query`: the engine's best ``limit`` hits, tied scores in its own order. A
+        fused query prefetches exactly ``fusion.prefetch_limit`` per list, which may be fewer than ``limit``."""
 
     @abstractmethod
     async def read_chunks(self, name: str, where: Filter, *, limit: int) -> list[Hit]:

@@ -378,7 +378,7 @@ class EdgeStore(VectorStore):
         records, _ = await self._run(name, lambda: coll.shard.scroll(request))
         return [Hit.from_payload(r.id, 0.0, r.payload) for r in records]
 
-    async def query(
+    async def engine_query(
         self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
         idf_corpus: Filter | None = None,
@@ -392,7 +392,7 @@ class EdgeStore(VectorStore):
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
         idf_corpus: Filter | None = None,
     ) -> list[HitRow]:
-        """:meth:`query`'s hits as plain rows: what the store's process sends (:mod:`service.store.process`)."""
+        """:meth:`engine_query`'s hits as plain rows: what the store's process sends (:mod:`service.store.process`)."""
         search = self._search(name, dense, sparse, limit, query_filter, fusion, idf_corpus)
         return _rows(await self._run(name, search))
 
@@ -441,7 +441,7 @@ class EdgeStore(VectorStore):
                     if sparse is not None else None)
         if dense_q is not None and sparse_q is not None:
             fusion = fusion or Fusion()
-            depth = max(limit, fusion.prefetch_limit)
+            depth = fusion.prefetch_limit  # :meth:`VectorStore.query` sets it from its limit
             fused = (qe.Fusion.Dbsf() if fusion.method == "dbsf"
                      else qe.Fusion.Rrf(k=fusion.rrf_k, weights=[fusion.dense_weight, fusion.sparse_weight]))
             return qe.QueryRequest(

@@ -573,7 +573,7 @@ class ProcessStore(VectorStore):
     async def read_chunks(self, name: str, where: Filter, *, limit: int) -> list[Hit]:
         return await self._run("read_chunks", name, where, limit=limit)
 
-    async def query(
+    async def engine_query(
         self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
         idf_corpus: Filter | None = None,

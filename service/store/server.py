@@ -236,7 +236,7 @@ class ServerStore(VectorStore):
         )
         return [Hit.from_payload(p.id, 0.0, p.payload) for p in points]
 
-    async def query(
+    async def engine_query(
         self, name: str, *, dense: Sequence[float] | None = None, sparse: SparseVector | None = None,
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
         idf_corpus: Filter | None = None,
@@ -248,7 +248,7 @@ class ServerStore(VectorStore):
         kwargs: dict[str, Any]
         if dense is not None and sparse is not None:
             fusion = fusion or Fusion()
-            prefetch_limit = max(limit, fusion.prefetch_limit)
+            prefetch_limit = fusion.prefetch_limit  # :meth:`VectorStore.query` sets it from its limit
             kwargs = {
                 "prefetch": [
                     models.Prefetch(query=list(dense), using=DENSE, limit=prefetch_limit, filter=flt),
