@@ -280,7 +280,8 @@ def cmd_worker(args: argparse.Namespace) -> None:
 
 def cmd_keys_hash(args: argparse.Namespace) -> None:
     """Print a keys-file entry for a new key (or for one read from stdin), and the key itself once."""
-    from service.auth.keys import ApiKeyEntry, TenantEntry, new_key, scrypt_hash, sha256_hex
+    from service.auth.keys import new_key, scrypt_hash, sha256_hex
+    from service.config.keys import ApiKeyEntry, TenantEntry
 
     key = sys.stdin.readline().rstrip("\r\n") if args.stdin else new_key()
     if len(key) < 16:

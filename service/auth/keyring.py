@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from service.auth.keys import ApiKeyEntry, ScryptHash
+from service.auth.keys import matches
 from service.auth.principal import SCOPES, Principal
+from service.config.keys import ApiKeyEntry, ScryptHash
 from service.store.tenancy import Tenant
 
 MAX_KEY_CHARS = 512
@@ -103,7 +104,7 @@ class KeyRing:
         found = None
         for s in self._scrypt:
             assert s.scrypt is not None
-            if s.scrypt.matches(offered) and found is None:
+            if matches(s.scrypt, offered) and found is None:
                 found = s.principal
         return found
 

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from service.config.scopes import SCOPES, Scope
 from service.errors import Forbidden
 from service.store.tenancy import Tenant
-
-Scope = Literal["read", "write", "admin"]
-SCOPES: tuple[Scope, ...] = ("read", "write", "admin")
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from service.clients.targets import Target, replica_url
 from service.clock import SYSTEM, Clock
+from service.config.targets import Target, replica_url
 from service.security.fetch import Resolver, system_resolver
 
 log = logging.getLogger("ragserve.runners")

@@ -1,7 +1,7 @@
 """A runner's replicas: who they are now, which are up, and which one a call goes to next.
 
 The pool holds one :class:`~service.clients.replica.Replica` per address its setting names
-(:mod:`service.clients.targets`, :mod:`service.clients.discovery`) and offers them to a call in routing order
+(:mod:`service.config.targets`, :mod:`service.clients.discovery`) and offers them to a call in routing order
 (:mod:`service.clients.routing`), skipping what a replica's breaker does not admit.
 
 A pool of several replicas, or one behind a ``dns+`` name, keeps itself current in a background task started
@@ -25,8 +25,8 @@ import httpx
 from service.clients.discovery import Discovery
 from service.clients.replica import Replica, ReplicaStats
 from service.clients.routing import HashRing, by_affinity, fewest_in_flight, last_if_tried
-from service.clients.targets import Target
 from service.clock import SYSTEM, Clock
+from service.config.targets import Target
 from service.deadline import Deadline
 from service.security.fetch import Resolver
 

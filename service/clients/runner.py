@@ -47,8 +47,8 @@ from service.clients.errors import (
 from service.clients.lanes import Lane, Lanes
 from service.clients.pool import ReplicaPool
 from service.clients.replica import Replica, ReplicaStats
-from service.clients.targets import parse_targets
 from service.clock import SYSTEM, Clock
+from service.config.targets import parse_targets
 from service.deadline import Deadline
 from service.security.fetch import Resolver
 
@@ -84,7 +84,7 @@ class RunnerClient:
         clock: Clock = SYSTEM,
     ) -> None:
         """``base_url`` is the runner's URL setting: one URL, several (a comma-separated or JSON list), or
-        ``dns+http://name:port`` entries (:mod:`service.clients.targets`). ``max_concurrency`` and
+        ``dns+http://name:port`` entries (:mod:`service.config.targets`). ``max_concurrency`` and
         ``bulk_max_inflight`` bound the whole runner (all its replicas), per process.
 
         ``unavailable_code`` replaces ``upstream_unavailable`` in this runner's 503s (the generator's

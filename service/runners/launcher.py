@@ -24,11 +24,11 @@ from urllib.parse import urlparse
 
 import httpx
 
-from service.clients.targets import split_entries
 from service.config import Settings
+from service.config.engine import EngineArgs, option_name
+from service.config.targets import split_entries
 from service.profiles import Profile, default_checkpoint, get_profile, resolve_generator
 from service.runners.cores import allowed_cpus, plan_cores
-from service.runners.engine_args import EngineArgs, option_name
 from service.runners.vl_site import default_site_dir
 
 

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from service.config import Settings
+from service.config.engine import EngineArgs
 from service.profiles import get_profile, resolve_generator
 from service.runners.architectures import Architecture, architecture
-from service.runners.engine_args import EngineArgs
 from service.runners.planner import (
     DEDICATED_SHARE,
     DEFAULT_OVERHEAD_GIB,

@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
     """What vLLM's parser says against ``argv`` (the arguments after the module), or None when it accepts it."""
-    from service.runners.engine_args import option_name
+    from service.config.engine import option_name
 
     known = set(parser._option_string_actions)  # noqa: SLF001 - argparse keeps its option table here
     for arg in argv:

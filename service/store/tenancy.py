@@ -17,13 +17,11 @@ Two scopes, because reads and writes key on different things:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from service.config.keys import TENANT_FIELD_RE
 from service.store.types import TENANT, Filter, IsEmpty, Match
-
-TENANT_FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
 
 
 @dataclass(frozen=True)

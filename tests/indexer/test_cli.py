@@ -133,4 +133,4 @@ def test_a_misspelt_client_variable_is_named() -> None:
                           env=_fresh(RAGSERVE_APIKEY=API_KEY), timeout=120)
     assert done.returncode == 2
     assert done.stderr == ("ragserve: unknown setting(s) in the environment: RAGSERVE_APIKEY (did you mean "
-                           "RAGSERVE_API_KEY?). Every RAGSERVE_ variable must name a setting of service/config.py.\n")
+                           "RAGSERVE_API_KEY?). Every RAGSERVE_ variable must name a setting (service/config/).\n")

@@ -117,7 +117,7 @@ async def test_keys_hash_prints_an_entry_the_keyring_accepts_and_the_key_once() 
     import hashlib
 
     from service.auth.keyring import KeyRing
-    from service.auth.keys import ApiKeyEntry
+    from service.config.keys import ApiKeyEntry
     from service.store.tenancy import Tenant
 
     done = _keys_hash("--scope", "read", "--scope", "write", "--collection", "kb", "--tenant", "org=acme",

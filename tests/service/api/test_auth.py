@@ -3,10 +3,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from service.auth.keys import ApiKeyEntry, sha256_hex
+from service.auth.keys import sha256_hex
 from service.auth.policy import ROUTE_SCOPES
 from service.auth.principal import SCOPES
 from service.config import Settings
+from service.config.keys import ApiKeyEntry
 from tests.support.app import API_KEY, app_client
 
 PROTECTED = [

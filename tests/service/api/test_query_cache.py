@@ -20,8 +20,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-from service.auth.keys import ApiKeyEntry, sha256_hex
+from service.auth.keys import sha256_hex
 from service.config import Settings
+from service.config.keys import ApiKeyEntry
 from tests.support.app import app_client
 from tests.support.scripted_embed import (
     LIVENESS_S,

@@ -13,8 +13,9 @@ import httpx
 import pytest
 
 from service import cli
-from service.auth.keys import ApiKeyEntry, sha256_hex
+from service.auth.keys import sha256_hex
 from service.config import Settings
+from service.config.keys import ApiKeyEntry
 from tests.support.app import API_KEY, app_client, wait_for_job
 from tests.support.scripted_embed import ScriptedEmbedder, scripted_settings, vector_base64
 from tests.support.server import live_server

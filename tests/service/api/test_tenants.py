@@ -9,8 +9,9 @@ import json
 import httpx
 import pytest
 
-from service.auth.keys import ApiKeyEntry, sha256_hex
+from service.auth.keys import sha256_hex
 from service.config import Settings
+from service.config.keys import ApiKeyEntry
 from tests.support.app import app_client, wait_for_job
 
 KEYS = {"a": "tenant-a-key-0123456789abcdef", "b": "tenant-b-key-0123456789abcdef"}

@@ -4,9 +4,10 @@ import pytest
 from pydantic import SecretStr
 
 from service.auth.keyring import KeyConfigError, KeyRing, keyring_from_settings
-from service.auth.keys import ApiKeyEntry, scrypt_hash, sha256_hex
+from service.auth.keys import scrypt_hash, sha256_hex
 from service.auth.principal import SCOPES
 from service.config import Settings
+from service.config.keys import ApiKeyEntry
 from service.store.tenancy import Tenant
 
 READER = "reader-key-0123456789abcdef"

@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from service.auth.keyring import KeyConfigError, load_key_file
-from service.auth.keys import ApiKeyEntry, ScryptHash, new_key, scrypt_hash, sha256_hex
+from service.auth.keys import matches, new_key, scrypt_hash, sha256_hex
+from service.config.keys import ApiKeyEntry, ScryptHash
 
 KEY = "tenant-key-0123456789abcdef"
 SHA = hashlib.sha256(KEY.encode()).hexdigest()
@@ -23,7 +24,7 @@ def test_scrypt_hash_verifies_its_key_and_nothing_else() -> None:
     parsed = ScryptHash.parse(encoded)
     assert (parsed.log2_n, parsed.r, parsed.p, len(parsed.salt), len(parsed.hash)) == (10, 8, 1, 16, 32)
     assert str(parsed) == encoded
-    assert parsed.matches(KEY) and not parsed.matches(KEY + "x") and not parsed.matches(KEY[:-1])
+    assert matches(parsed, KEY) and not matches(parsed, KEY + "x") and not matches(parsed, KEY[:-1])
     assert scrypt_hash(KEY, log2_n=10) != encoded  # a new salt each time
 
 

@@ -8,7 +8,7 @@ import ipaddress
 import pytest
 
 from service.clients.discovery import Discovery
-from service.clients.targets import parse_targets
+from service.config.targets import parse_targets
 from service.security.addresses import IPAddress
 from tests.support.clock import ManualClock
 

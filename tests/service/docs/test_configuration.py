@@ -21,7 +21,7 @@ def test_every_variable_is_listed_with_a_description() -> None:
     assert sections == {f"RAGSERVE_{s.upper()}" for s, model in configuration.sections() if model is not None} | {
         f"RAGSERVE_ENGINE__{runner}" for runner in ("EMBED", "RERANK", "GENERATE")}
     undescribed = sorted(v.name for v in configuration.variables(Settings, "RAGSERVE_") if not v.field.description)
-    assert not undescribed, f"give these settings a Field(description=...) in service/config.py: {undescribed}"
+    assert not undescribed, f"give these settings a Field(description=...) in service/config/: {undescribed}"
     for name in leaves:
         assert f"| `{name}` |" in rendered, name
 

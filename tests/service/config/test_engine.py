@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from service.config import Settings, UnknownSetting
-from service.runners.engine_args import EngineArgs, option_name
+from service.config.engine import EngineArgs, option_name
 from service.runners.launcher import RunnerConfigError, RunnerSpec, runner_specs
 
 

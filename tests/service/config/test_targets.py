@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.clients.targets import Target, canonical, parse_targets
+from service.config.targets import Target, canonical, parse_targets
 
 
 def test_one_url_is_a_pool_of_one() -> None:

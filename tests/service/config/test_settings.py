@@ -109,7 +109,7 @@ def test_ragserve_serve_refuses_to_start_with_a_typo(tmp_path) -> None:  # type:
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
         "ragserve: unknown setting(s) in the environment: RAGSERVE_INDEXR__LEASE_S (did you mean "
-        "RAGSERVE_INDEXER__LEASE_S?). Every RAGSERVE_ variable must name a setting of service/config.py.")
+        "RAGSERVE_INDEXER__LEASE_S?). Every RAGSERVE_ variable must name a setting (service/config/).")
     assert not (tmp_path / "qdrant").exists()  # nothing was opened
 
 

@@ -1,0 +1,60 @@
+"""``RAGSERVE_QDRANT__*``: the store (embedded Qdrant Edge, or a Qdrant server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field, SecretStr
+
+
+class QdrantSettings(BaseModel):
+    """The embedded Qdrant Edge store under ``path`` unless ``url`` names a Qdrant server."""
+
+    url: str | None = Field(None, description="Qdrant server URL (production). Unset: embedded Qdrant Edge store.")
+    path: Path | None = Field(None, description="Embedded store directory (default: <data_dir>/qdrant).")
+    api_key: SecretStr | None = Field(None, description="API key of the Qdrant server at `url`.")
+    timeout_s: float = Field(
+        10.0, description="One deadline per store call (its slot wait and retries included); past it, 504 "
+        "store_timeout.",
+    )
+    max_concurrency: int = Field(8, description="Store calls in flight; more wait up to timeout_s, then 504.")
+    metadata_ttl_s: float = Field(
+        10.0, description="Server: how long collection settings are cached (other replicas' changes show after it)."
+    )
+    snapshot_timeout_s: float = Field(
+        900.0, gt=0, description="Server: how long a snapshot transfer may wait for Qdrant: to answer the request "
+        "that makes a collection's snapshot (it answers once the archive is written), and between two reads of "
+        "its download or writes of a restore's upload.",
+    )
+    edge_threads: int = Field(2, ge=1, description="Embedded store: threads that run engine calls.")
+    edge_search_threads: int = Field(
+        0, ge=0, description="Embedded store: threads of the engine's search pool per collection (its segments "
+        "searched in parallel). 0 (auto): 1 on a host of up to 4 cores, where the search then runs on the calling "
+        "thread (on 2 cores a search over 500 points took 76 us of CPU this way against 275 us with the engine's "
+        "default pool of 8, and less time too); else one per core.",
+    )
+    edge_process: bool = Field(
+        True, description="Embedded store: run Qdrant Edge in a child process of its own (one per data folder), so "
+        "its engine calls, which hold the GIL, never pause the API's event loop. false: in this process.",
+    )
+    edge_socket: Path | None = Field(
+        None, description="Embedded store: attach to the store owner listening on this Unix socket instead of opening "
+        "the folder (`serve --workers N` sets it for its API processes: <store folder>/.owner.sock).",
+    )
+    edge_write_batch: int = Field(
+        64, ge=1, description="Embedded store: points per engine write (each holds the GIL: 64 points of 1024 "
+        "dimensions is about 20 ms)."
+    )
+    hnsw_ef: int = Field(256, ge=1, description="HNSW search breadth, used once `ragserve optimize` built HNSW.")
+    int8_oversampling: float = Field(
+        2.0, ge=1.0, description="Embedded store, collections quantized by `ragserve optimize --int8`: a dense search "
+        "takes this many times its limit from the int8 scan and rescores them with the float vectors (1 rescores "
+        "only the int8 top-k: recall@10 0.94 at 100k x 1024 against 1.000 with 2; docs/store-benchmark.md).",
+    )
+    edge_min_free_mb: int = Field(
+        64, ge=0, description="Embedded store: free space kept on the data disk; a write that would go below it is "
+        "refused with 507 store_full (the engine's memory-mapped files would crash the process on a full disk).",
+    )
+    shard_number: int | None = Field(None, description="Shards per new collection (server; default: Qdrant's).")
+    replication_factor: int | None = Field(None, description="Copies of each shard (a Qdrant cluster).")
+    write_consistency_factor: int | None = Field(None, description="Replicas that must ack a write.")
