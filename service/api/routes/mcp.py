@@ -33,7 +33,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
     try:
         from mcp.server.transport_security import TransportSecuritySettings
 
-        from service.mcp.tools import build_server
+        from service.api.mcp.tools import build_server
     except ImportError:  # the optional extra is not installed
         yield {"mcp": None}
         return

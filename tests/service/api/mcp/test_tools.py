@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from service.mcp.tools import build_server  # noqa: E402
+from service.api.mcp.tools import build_server  # noqa: E402
 
 
 def test_building_the_server_leaves_the_root_logger_as_it_was() -> None:
