@@ -27,7 +27,7 @@ a document's passages stay together, in document order. Passages are numbered ``
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from service.context.duplicates import SENTENCE_END, novel_run, repeated_share, shingles
@@ -79,6 +79,32 @@ class _Taken:
         return t
 
 
+@dataclass
+class _Run:
+    """One packing's state: the passages taken so far and what was left out."""
+
+    number: str
+    """Passage numbers are estimated at this width (the widest one the candidates can give)."""
+    separator: int
+    """Tokens of the separator between two passages."""
+    least: int
+    """Tokens of one passage's header: less room than this and nothing more can be taken."""
+    taken: list[_Taken] = field(default_factory=list)
+    owners: list[tuple[Candidate, _Taken]] = field(default_factory=list)
+    """Each candidate taken as a passage of its own, and its passage."""
+    dropped: list[_Entry] = field(default_factory=list)
+
+    def room(self, budget: int) -> int:
+        """Tokens left for one more passage, its separator counted."""
+        used = sum(t.passage.tokens for t in self.taken) + self.separator * max(len(self.taken) - 1, 0)
+        return budget - used - (self.separator if self.taken else 0)
+
+    def take(self, candidate: Candidate, passage: Passage) -> None:
+        placed = _Taken(passage, shingles(passage.text))
+        self.taken.append(placed)
+        self.owners.append((candidate, placed))
+
+
 @dataclass(frozen=True)
 class PackOptions:
     budget: int
@@ -108,90 +134,81 @@ class Packer:
                    neighbours: Mapping[tuple[str, str | None, str], Mapping[int, Hit]]) -> Packed:
         """``neighbours``: per document (:func:`service.context.passages.doc_key`), its chunks read for the
         candidates, by chunk index."""
-        opts = self.options
         width = len(str(max(len(candidates), 1)))
-        number = "9" * width  # each passage estimated with the widest number it can have
-        separator = await self.counter.count(SEPARATOR)
-        least = await self.min_budget()
-        taken: list[_Taken] = []
-        owners: list[tuple[Candidate, _Taken]] = []
-        """Each candidate taken as a passage of its own, and its passage."""
-        dropped: list[_Entry] = []
-        used = 0
+        run = _Run(number="9" * width,  # each passage estimated with the widest number it can have
+                   separator=await self.counter.count(SEPARATOR), least=await self.min_budget())
         deferred: list[Candidate] = []
 
         def queue() -> Iterator[tuple[Candidate, bool]]:
-            yield from ((c, opts.documents_first) for c in candidates)
+            yield from ((c, self.options.documents_first) for c in candidates)
             yield from ((c, False) for c in deferred)  # filled while the first pass runs
 
         for candidate, may_wait in queue():
-            bare = single(candidate)
-            same_doc = [t for t in taken if t.passage.doc == bare.doc]
-            holder = next((t for t in same_doc if covers(t.passage, candidate.hit)), None)
-            if holder is not None:
-                dropped.append(_Entry(candidate, "merged", holder))
-                continue
-            if may_wait and same_doc and not any(overlaps(t.passage, bare) for t in same_doc):
+            if not await self._place(candidate, may_wait, run, neighbours):
                 deferred.append(candidate)  # its document is in already: new documents go first
+        return await self._final(run.taken, run.owners, run.dropped)
+
+    async def _place(self, candidate: Candidate, may_wait: bool, run: _Run,
+                     neighbours: Mapping[tuple[str, str | None, str], Mapping[int, Hit]]) -> bool:
+        """Take, merge or leave out ``candidate`` (recorded in ``run``); False when it waits for a second pass."""
+        opts = self.options
+        bare = single(candidate)
+        same_doc = [t for t in run.taken if t.passage.doc == bare.doc]
+        holder = next((t for t in same_doc if covers(t.passage, candidate.hit)), None)
+        if holder is not None:
+            run.dropped.append(_Entry(candidate, "merged", holder))
+            return True
+        if may_wait and same_doc and not any(overlaps(t.passage, bare) for t in same_doc):
+            return False
+        first = self._with_neighbours(bare, candidate, neighbours)
+        tries = [first, bare] if len(first.chunks) > 1 else [first]
+        fallback = bare
+        if not any(overlaps(t.passage, first) for t in same_doc):
+            judged = self._unrepeated(first, run.taken, candidate, run.dropped)
+            if judged is None:
+                return True
+            if judged is not first:  # trimmed to the sentences that do not repeat the context
+                tries, fallback = [judged], judged
+        for attempt in tries:
+            grown, meeting = attempt, []
+            while True:  # a passage it meets may bring it to the next one
+                meets = [t for t in same_doc if t not in meeting and overlaps(t.passage, grown)]
+                if not meets:
+                    break
+                for t in meets:
+                    grown, meeting = merge(t.passage, grown), [*meeting, t]
+            if not meeting:
+                room = run.room(opts.budget)
+                if (opts.max_passages is not None and len(run.taken) >= opts.max_passages) or room < run.least:
+                    break  # no passage more, or not even a header fits: nothing new can, so nothing is counted
+                attempt.tokens = await self._tokens(attempt, run.number)
+                if attempt.tokens <= room:
+                    run.take(candidate, attempt)
+                    return True
                 continue
-            first = self._with_neighbours(bare, candidate, neighbours)
-            tries = [first, bare] if len(first.chunks) > 1 else [first]
-            fallback = bare
-            if not any(overlaps(t.passage, first) for t in same_doc):
-                judged = self._unrepeated(first, taken, candidate, dropped)
-                if judged is None:
-                    continue
-                if judged is not first:  # trimmed to the sentences that do not repeat the context
-                    tries, fallback = [judged], judged
-            placed: _Taken | None = None
-            for attempt in tries:
-                grown, meeting = attempt, []
-                while True:  # a passage it meets may bring it to the next one
-                    meets = [t for t in same_doc if t not in meeting and overlaps(t.passage, grown)]
-                    if not meets:
-                        break
-                    for t in meets:
-                        grown, meeting = merge(t.passage, grown), [*meeting, t]
-                if not meeting:
-                    if opts.max_passages is not None and len(taken) >= opts.max_passages:
-                        break
-                    room = opts.budget - used - (separator if taken else 0)
-                    if room < least:  # not even a header fits: nothing new can, so nothing is counted
-                        break
-                    attempt.tokens = await self._tokens(attempt, number)
-                    if attempt.tokens <= room:
-                        placed = _Taken(attempt, shingles(attempt.text))
-                        taken.append(placed)
-                        owners.append((candidate, placed))
-                        break
-                    continue
-                if self._extends_a_repeat(grown, meeting, taken, candidate, dropped):
-                    break
-                grown.tokens = await self._tokens(grown, number)
-                others = [t for t in taken if t not in meeting]
-                after = sum(t.passage.tokens for t in others) + grown.tokens + separator * len(others)
-                if after <= opts.budget:  # it meets passages of its document: they grow into one
-                    placed = meeting[0]
-                    placed.passage, placed.shingles = grown, shingles(grown.text)
-                    for t in meeting[1:]:
-                        t.absorbed_by = placed
-                        taken.remove(t)
-                    dropped.append(_Entry(candidate, "merged", placed))
-                    break
-            else:
-                full = opts.max_passages is not None and len(taken) >= opts.max_passages
-                room = opts.budget - used - (separator if taken else 0)
-                if (opts.overflow == "cut" and not full and room >= least
-                        and not any(overlaps(t.passage, fallback) for t in same_doc)):
-                    cut = await self._cut(fallback, room, number)
-                    if cut is not None:
-                        placed = _Taken(cut, shingles(cut.text))
-                        taken.append(placed)
-                        owners.append((candidate, placed))
-            if placed is None and not (dropped and dropped[-1].candidate is candidate):
-                dropped.append(_Entry(candidate, "budget"))
-            used = sum(t.passage.tokens for t in taken) + separator * max(len(taken) - 1, 0)
-        return await self._final(taken, owners, dropped)
+            if self._extends_a_repeat(grown, meeting, run.taken, candidate, run.dropped):
+                return True
+            grown.tokens = await self._tokens(grown, run.number)
+            others = [t for t in run.taken if t not in meeting]
+            if sum(t.passage.tokens for t in others) + grown.tokens + run.separator * len(others) <= opts.budget:
+                placed = meeting[0]  # it meets passages of its document: they grow into one
+                placed.passage, placed.shingles = grown, shingles(grown.text)
+                for t in meeting[1:]:
+                    t.absorbed_by = placed
+                    run.taken.remove(t)
+                run.dropped.append(_Entry(candidate, "merged", placed))
+                return True
+        else:
+            full = opts.max_passages is not None and len(run.taken) >= opts.max_passages
+            room = run.room(opts.budget)
+            if (opts.overflow == "cut" and not full and room >= run.least
+                    and not any(overlaps(t.passage, fallback) for t in same_doc)):
+                cut = await self._cut(fallback, room, run.number)
+                if cut is not None:
+                    run.take(candidate, cut)
+                    return True
+        run.dropped.append(_Entry(candidate, "budget"))
+        return True
 
     def _unrepeated(self, group: Passage, taken: list[_Taken], candidate: Candidate,
                     dropped: list[_Entry]) -> Passage | None:
