@@ -9,9 +9,9 @@ tool error whose text starts with ragserve's error code, e.g. ``collection_not_f
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -28,6 +28,8 @@ from service.context import service as use_case
 from service.errors import RagserveError
 from service.search.query_cache import partition_of
 from service.search.retrieval import RetrievalRequest
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 INSTRUCTIONS = (
     "ragserve retrieves passages from indexed document collections. Call list_collections to see what is "
@@ -145,6 +147,29 @@ def build_server(*, max_top_k: int) -> MCPServer:
     bounds are stated, not enforced by the SDK, so a refusal still carries ragserve's code (``top_k_too_large``)."""
     with _root_logging_kept():
         server: MCPServer = MCPServer("ragserve", version=__version__, instructions=INSTRUCTIONS)
+    server.tool(description="Search a ragserve collection: the passages that best answer the query, ranked, "
+                            "with their text, scores, metadata and location in the document.",
+                annotations=READ_ONLY)(_search_tool(max_top_k))
+    server.tool(description="A context for the user's question from a ragserve collection: the best passages, "
+                            "merged, without near-duplicates, numbered [1]..[n] and cut to a token budget, ready "
+                            "to put in a prompt; cite a passage by its number.",
+                annotations=READ_ONLY)(context)
+    server.tool(description="The collections ragserve holds, with their sizes.",
+                annotations=READ_ONLY)(list_collections)
+    return server
+
+
+def _validated(model: type[ModelT], values: dict[str, Any]) -> ModelT:
+    """The tool's arguments as the REST route would take them; a refusal names the first field at fault."""
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ToolError(f"validation_error: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+
+
+def _search_tool(max_top_k: int) -> Callable[..., Awaitable[SearchOutput]]:
+    """The search tool, its ``top_k`` described with this server's limit."""
 
     async def search(
         collection: Annotated[str, Field(description=COLLECTION)],
@@ -155,13 +180,9 @@ def build_server(*, max_top_k: int) -> MCPServer:
         mode: Annotated[Literal["dense", "sparse", "hybrid"] | None, Field(description=MODE)] = None,
         rerank: Annotated[bool | None, Field(description=RERANK)] = None,
     ) -> SearchOutput:
-        try:
-            body = SearchRequest.model_validate({
-                "collection": collection, "query": query, "top_k": top_k, "filter": filter, "mode": mode,
-                "rerank": None if rerank is None else {"enabled": rerank}})
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ToolError(f"validation_error: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+        body = _validated(SearchRequest, {
+            "collection": collection, "query": query, "top_k": top_k, "filter": filter, "mode": mode,
+            "rerank": None if rerank is None else {"enabled": rerank}})
         try:
             principal = _principal(ctx)
             principal.check_collection(body.collection)
@@ -179,56 +200,43 @@ def build_server(*, max_top_k: int) -> MCPServer:
 
     search.__annotations__["top_k"] = Annotated[int, Field(
         description=top_k_text(max_top_k), json_schema_extra={"minimum": 1, "maximum": max_top_k})]
-    server.tool(description="Search a ragserve collection: the passages that best answer the query, ranked, "
-                            "with their text, scores, metadata and location in the document.",
-                annotations=READ_ONLY)(search)
+    return search
 
-    async def context(
-        collection: Annotated[str, Field(description=COLLECTION)],
-        query: Annotated[str, Field(description=QUERY)],
-        ctx: Context,
-        budget_tokens: Annotated[int, Field(description=BUDGET, ge=1)] = 1000,
-        filter: Annotated[dict[str, Any] | None, Field(description=f"{FILTER_SYNTAX} Omit for no filter.")] = None,
-        mode: Annotated[Literal["dense", "sparse", "hybrid"] | None, Field(description=MODE)] = None,
-        rerank: Annotated[bool | None, Field(description=RERANK)] = None,
-        neighbours: Annotated[int | None, Field(description=NEIGHBOURS, ge=0)] = None,
-    ) -> ContextOutput:
-        try:
-            body = ContextRequest.model_validate({
-                "collection": collection, "query": query, "budget_tokens": budget_tokens, "filter": filter,
-                "mode": mode, "neighbours": neighbours})
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            raise ToolError(f"validation_error: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
-        try:
-            principal = _principal(ctx)
-            principal.check_collection(collection)
-            services = _services(ctx)
-            result = await services.context.assemble(
-                use_case.ContextRequest(collections=[collection], budget_tokens=body.budget_tokens, query=body.query,
-                                        filter=filter_spec(body.filter), mode=body.mode, rerank=rerank,
-                                        neighbours=body.neighbours),
-                tenant=principal.tenant, cache_partition=partition_of(principal))
-        except RagserveError as exc:
-            raise _tool_error(exc) from exc
-        return ContextOutput(context=result.context, tokens=result.tokens, tokenizer=result.tokenizer,
-                             query_used=result.query_used,
-                             passages=[Passage.model_validate(p.reported()) for p in result.passages])
 
-    server.tool(description="A context for the user's question from a ragserve collection: the best passages, "
-                            "merged, without near-duplicates, numbered [1]..[n] and cut to a token budget, ready "
-                            "to put in a prompt; cite a passage by its number.",
-                annotations=READ_ONLY)(context)
+async def context(
+    collection: Annotated[str, Field(description=COLLECTION)],
+    query: Annotated[str, Field(description=QUERY)],
+    ctx: Context,
+    budget_tokens: Annotated[int, Field(description=BUDGET, ge=1)] = 1000,
+    filter: Annotated[dict[str, Any] | None, Field(description=f"{FILTER_SYNTAX} Omit for no filter.")] = None,
+    mode: Annotated[Literal["dense", "sparse", "hybrid"] | None, Field(description=MODE)] = None,
+    rerank: Annotated[bool | None, Field(description=RERANK)] = None,
+    neighbours: Annotated[int | None, Field(description=NEIGHBOURS, ge=0)] = None,
+) -> ContextOutput:
+    body = _validated(ContextRequest, {
+        "collection": collection, "query": query, "budget_tokens": budget_tokens, "filter": filter,
+        "mode": mode, "neighbours": neighbours})
+    try:
+        principal = _principal(ctx)
+        principal.check_collection(collection)
+        result = await _services(ctx).context.assemble(
+            use_case.ContextRequest(collections=[collection], budget_tokens=body.budget_tokens, query=body.query,
+                                    filter=filter_spec(body.filter), mode=body.mode, rerank=rerank,
+                                    neighbours=body.neighbours),
+            tenant=principal.tenant, cache_partition=partition_of(principal))
+    except RagserveError as exc:
+        raise _tool_error(exc) from exc
+    return ContextOutput(context=result.context, tokens=result.tokens, tokenizer=result.tokenizer,
+                         query_used=result.query_used,
+                         passages=[Passage.model_validate(p.reported()) for p in result.passages])
 
-    @server.tool(description="The collections ragserve holds, with their sizes.", annotations=READ_ONLY)
-    async def list_collections(ctx: Context) -> CollectionsOutput:
-        try:
-            principal = _principal(ctx)
-            infos = [i for i in await _services(ctx).store.list_collections() if principal.may_reach(i.name)]
-        except RagserveError as exc:
-            raise _tool_error(exc) from exc
-        return CollectionsOutput(collections=[
-            CollectionSummary(name=i.name, points=i.points, dimensions=i.dimensions, model=i.model) for i in infos
-        ])
 
-    return server
+async def list_collections(ctx: Context) -> CollectionsOutput:
+    try:
+        principal = _principal(ctx)
+        infos = [i for i in await _services(ctx).store.list_collections() if principal.may_reach(i.name)]
+    except RagserveError as exc:
+        raise _tool_error(exc) from exc
+    return CollectionsOutput(collections=[
+        CollectionSummary(name=i.name, points=i.points, dimensions=i.dimensions, model=i.model) for i in infos
+    ])
