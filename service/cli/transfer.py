@@ -7,6 +7,7 @@ time of the transfer itself), out of the header's ``points`` (the count when the
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -17,10 +18,30 @@ from pathlib import Path
 
 import httpx
 
+from service.cli.client import add_api_options, api_location
 from service.transfer.format import SUFFIX
 
 PIECE = 1 << 20
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    """Download a collection as a portable file (points, vectors, settings) through the running API."""
+    url, key = api_location(args)
+    path = export_collection(url, key, args.collection, Path(args.output) if args.output else None, quiet=args.quiet)
+    print(path)
+
+
+def cmd_import(args: argparse.Namespace) -> None:
+    """Upload an export file into a collection through the running API: no embedding call."""
+    url, key = api_location(args)
+    result = import_collection(url, key, Path(args.file), args.collection, quiet=args.quiet)
+    how = "resumed and finished" if result["resumed"] else "created" if result["created"] else "filled"
+    print(f"{how} '{result['collection']}': {result['points']} points imported, {result['stored']} stored "
+          f"(export {result['export_id']})")
+    if result.get("quantization"):
+        print(f"{result['quantization']} quantization recorded: searches oversample and rescore now, and "
+              f"`ragserve optimize {result['collection']}` (with the service stopped) builds the quantized copy")
 
 
 class Progress:
@@ -135,3 +156,23 @@ def read_header(path: Path) -> dict:  # type: ignore[type-arg]
     if not isinstance(header, dict) or header.get("format") != "ragserve-export":
         raise SystemExit(f"ragserve: {path} is not a ragserve export (its first line is no export header)")
     return header
+
+
+def add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("export", help="download a collection (points, vectors, settings) as a .ragserve.jsonl.gz "
+                       "file, through the running API")
+    p.add_argument("collection")
+    p.add_argument("-o", "--output", default=None, help="the file (default: COLLECTION.ragserve.jsonl.gz)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    add_api_options(p)
+    p.set_defaults(func=cmd_export)
+
+
+def add_import(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("import", help="upload an export file into a new (or empty) collection, through the running "
+                       "API, with no embedding call; run it again to finish one that was cut off")
+    p.add_argument("file")
+    p.add_argument("--collection", default=None, help="the target collection (default: the exported one's name)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    add_api_options(p)
+    p.set_defaults(func=cmd_import)
