@@ -1,5 +1,6 @@
 """``ragserve export`` and ``ragserve import``: clients of the running API (an embedded store belongs to the
-serving process, so no other process may open its folder), with a progress line on stderr.
+serving process, so no other process may open its folder), through :class:`service.client.Client`'s
+``export_collection`` and ``import_collection``, with a progress line on stderr.
 
 Progress counts points: the stream is decompressed beside the transfer and its lines counted (about 1% of the
 time of the transfer itself), out of the header's ``points`` (the count when the export began).
@@ -13,35 +14,34 @@ import os
 import sys
 import time
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
-
-from service.cli.client import add_api_options, api_location
+from service.cli.client import add_api_options, connect
 from service.transfer.format import SUFFIX
 
-PIECE = 1 << 20
-TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+if TYPE_CHECKING:
+    from service.client import APIError, Client, ImportResult
 
 
 def cmd_export(args: argparse.Namespace) -> None:
     """Download a collection as a portable file (points, vectors, settings) through the running API."""
-    url, key = api_location(args)
-    path = export_collection(url, key, args.collection, Path(args.output) if args.output else None, quiet=args.quiet)
+    with connect(args) as client:
+        path = export_collection(client, args.collection, Path(args.output) if args.output else None,
+                                 quiet=args.quiet)
     print(path)
 
 
 def cmd_import(args: argparse.Namespace) -> None:
     """Upload an export file into a collection through the running API: no embedding call."""
-    url, key = api_location(args)
-    result = import_collection(url, key, Path(args.file), args.collection, quiet=args.quiet)
-    how = "resumed and finished" if result["resumed"] else "created" if result["created"] else "filled"
-    print(f"{how} '{result['collection']}': {result['points']} points imported, {result['stored']} stored "
-          f"(export {result['export_id']})")
-    if result.get("quantization"):
-        print(f"{result['quantization']} quantization recorded: searches oversample and rescore now, and "
-              f"`ragserve optimize {result['collection']}` (with the service stopped) builds the quantized copy")
+    with connect(args) as client:
+        result = import_collection(client, Path(args.file), args.collection, quiet=args.quiet)
+    how = "resumed and finished" if result.resumed else "created" if result.created else "filled"
+    print(f"{how} '{result.collection}': {result.points} points imported, {result.stored} stored "
+          f"(export {result.export_id})")
+    if result.quantization:
+        print(f"{result.quantization} quantization recorded: searches oversample and rescore now, and "
+              f"`ragserve optimize {result.collection}` (with the service stopped) builds the quantized copy")
 
 
 class Progress:
@@ -94,55 +94,42 @@ class Progress:
             print(file=sys.stderr)
 
 
-def _refusal(response: httpx.Response) -> SystemExit:
-    try:
-        error = response.json()["error"]
-        return SystemExit(f"ragserve: error {response.status_code} {error['code']}: {error['message']}")
-    except (ValueError, KeyError, TypeError):
-        return SystemExit(f"ragserve: error {response.status_code}: {response.text[:500]}")
+def _refusal(exc: APIError) -> SystemExit:
+    """The API's refusal as the command's exit message. ``main`` would print the same for an APIError, but a
+    caller of ``main`` in its own process (a test, a script) reads the message off the SystemExit."""
+    return SystemExit(f"ragserve: error {exc}")
 
 
-def export_collection(url: str, key: str, collection: str, output: Path | None, *, quiet: bool = False) -> Path:
+def export_collection(client: Client, collection: str, output: Path | None, *, quiet: bool = False) -> Path:
     """Download ``collection`` into ``output`` (default ``<collection>.ragserve.jsonl.gz``), written to a
     ``.part`` file first and renamed once whole."""
+    from service.client import APIError
+
     target = output or Path(f"{collection}{SUFFIX}")
     partial = target.with_name(target.name + ".part")
     progress = Progress("exporting", quiet=quiet)
-    headers = {"Authorization": f"Bearer {key}"}
-    with httpx.Client(base_url=url, headers=headers, timeout=TIMEOUT) as http, \
-            http.stream("GET", f"/v1/collections/{collection}/export") as response:
-        if response.status_code != 200:
-            response.read()
-            raise _refusal(response)
-        with open(partial, "wb") as f:
-            for piece in response.iter_raw(PIECE):
-                f.write(piece)
-                progress.see(piece)
-            f.flush()
-            os.fsync(f.fileno())
+    try:
+        client.export_collection(collection, partial, on_piece=progress.see)
+    except APIError as exc:
+        raise _refusal(exc) from None
     progress.end()
     os.replace(partial, target)
     return target
 
 
-def import_collection(url: str, key: str, path: Path, collection: str | None, *, quiet: bool = False) -> dict:  # type: ignore[type-arg]
+def import_collection(client: Client, path: Path, collection: str | None, *, quiet: bool = False) -> ImportResult:
     """Upload an export file into ``collection`` (default: the name in its header); the API's answer."""
+    from service.client import APIError
+
     name = collection or read_header(path)["collection"]
     progress = Progress(f"importing into {name!r}", quiet=quiet)
-
-    def pieces() -> Iterator[bytes]:
-        with open(path, "rb") as f:
-            while piece := f.read(PIECE):
-                progress.see(piece)
-                yield piece
-
-    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/gzip"}
-    with httpx.Client(base_url=url, headers=headers, timeout=TIMEOUT) as http:
-        response = http.post(f"/v1/collections/{name}/import", content=pieces())
+    try:
+        result = client.import_collection(name, path, on_piece=progress.see)
+    except APIError as exc:
+        progress.end()  # the whole file went before the answer: its line stays, the refusal under it
+        raise _refusal(exc) from None
     progress.end()
-    if response.status_code != 200:
-        raise _refusal(response)
-    return response.json()  # type: ignore[no-any-return]
+    return result
 
 
 def read_header(path: Path) -> dict:  # type: ignore[type-arg]
