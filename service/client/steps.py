@@ -7,7 +7,7 @@ import os
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import httpx
 
@@ -60,7 +60,7 @@ class Download:
             f.flush()
             os.fsync(f.fileno())
 
-    def _write(self, f: Any, piece: bytes) -> None:
+    def _write(self, f: BinaryIO, piece: bytes) -> None:
         f.write(piece)
         if self.on_piece is not None:
             self.on_piece(piece)
