@@ -103,6 +103,28 @@ def test_the_runner_modules_import_each_other_without_a_circle() -> None:
     assert circles(graph) == []
 
 
+def test_the_cli_modules_import_each_other_without_a_circle() -> None:
+    """service/cli's __init__ assembles the parser from the command groups, so a group that imported the package
+    back (for ``main`` or a helper) would make a circle; the helpers they share sit below them (settings.py,
+    client.py's connection to the API), imports inside functions included."""
+    package, prefix = ROOT / "service" / "cli", "service.cli"
+    submodules = {path.stem for path in package.glob("*.py")} - {"__init__"}
+    graph: dict[str, set[str]] = {}
+    for path in package.glob("*.py"):
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == prefix:
+                found.update(a.name if a.name in submodules else "__init__" for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(prefix + "."):
+                found.add(node.module.removeprefix(prefix + ".").split(".")[0])  # type: ignore[union-attr]
+            elif isinstance(node, ast.Import):
+                found.update(a.name.removeprefix(prefix + ".").split(".")[0] for a in node.names
+                             if a.name.startswith(prefix + "."))
+        graph[path.stem] = found - {path.stem}
+    assert graph["__init__"] >= {"client", "operations", "serve", "transfer"}
+    assert circles(graph) == []
+
+
 def test_the_parsers_import_their_error_from_below_not_from_their_package() -> None:
     """indexer/parsers/__init__.py imports every parser; a parser that imported ``ParseError`` back from the
     package (inside a function, to dodge the circle at import time) made one. The error has its own module."""

@@ -48,6 +48,7 @@ from .models import (
     DroppedCandidate,
     Embeddings,
     ImageInfo,
+    ImportResult,
     Job,
     JobCounts,
     JobProgress,
@@ -68,10 +69,10 @@ from .version import VERSION as __version__
 
 __all__ = [
     "APIError", "AsyncChatStream", "AsyncClient", "ChatResult", "ChatStream", "Citation", "Client", "Collection",
-    "Conflict", "ConnectionFailed", "DeleteResult", "Document", "Embeddings", "Forbidden", "ImageInfo", "IngestOptions",
-    "InvalidRequest", "Job", "JobCounts", "JobProgress", "NotFound", "PayloadTooLarge", "RagserveClientError",
-    "RateLimited", "RerankResult", "Retrieval", "SearchHit", "SearchResult", "ContextPassage", "ContextResult",
-    "DroppedCandidate", "ServerError", "Snapshot",
+    "Conflict", "ConnectionFailed", "DeleteResult", "Document", "Embeddings", "Forbidden", "ImageInfo", "ImportResult",
+    "IngestOptions", "InvalidRequest", "Job", "JobCounts", "JobProgress", "NotFound", "PayloadTooLarge",
+    "RagserveClientError", "RateLimited", "RerankResult", "Retrieval", "SearchHit", "SearchResult", "ContextPassage",
+    "ContextResult", "DroppedCandidate", "ServerError", "Snapshot",
     "SnapshotCollection", "SnapshotListing", "Timeout",
     "Unauthorized", "Unavailable", "UnreadableSnapshot", "UpsertResult", "__version__", "data_url",
 ]

@@ -11,7 +11,7 @@ from .api import ClientBase
 from .errors import RagserveClientError
 from .loops import PerLoop
 from .protocol import check, request_args, transport_error
-from .steps import Call, Operation, Sleep
+from .steps import PIECE, Call, Download, Operation, Sleep
 from .streaming import AsyncChatStream, StreamCall
 
 T = TypeVar("T")
@@ -53,10 +53,29 @@ class AsyncClient(ClientBase):
         return self._given if self._given is not None else await self._per_loop.get()
 
     async def _exchange(self, call: Call) -> httpx.Response:
+        if call.download is not None:
+            return await self._download(call, call.download)
         try:
-            return check(await (await self._http()).request(call.method, call.path, **request_args(call, self._auth)))
+            return check(await (await self._http()).request(call.method, call.path, **self._args(call)))
         except httpx.TransportError as exc:
             raise transport_error(exc) from exc
+
+    def _args(self, call: Call) -> dict[str, Any]:
+        args = request_args(call, self._auth)
+        if call.upload is not None:
+            args["content"] = call.upload.apieces()
+        return args
+
+    async def _download(self, call: Call, sink: Download) -> httpx.Response:
+        """A streamed answer written to its file as it comes; the response is returned closed, body unread."""
+        response = await self._open(call)
+        try:
+            await sink.awrite(response.aiter_raw(PIECE))
+        except httpx.TransportError as exc:
+            raise transport_error(exc) from exc
+        finally:
+            await response.aclose()
+        return response
 
     async def _drive(self, op: Operation[T]) -> T:
         value: Any = None
@@ -79,7 +98,7 @@ class AsyncClient(ClientBase):
         """Send a streamed request; an error answer is read whole and raised."""
         try:
             http = await self._http()
-            request = http.build_request(call.method, call.path, **request_args(call, self._auth))
+            request = http.build_request(call.method, call.path, **self._args(call))
             response = await http.send(request, stream=True)
             if response.status_code >= 400:
                 await response.aread()

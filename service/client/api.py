@@ -22,6 +22,7 @@ from .models import (
     ContextResult,
     DeleteResult,
     Embeddings,
+    ImportResult,
     Job,
     RerankResult,
     SearchResult,
@@ -32,7 +33,7 @@ from .models import (
 from .options import IngestOptions
 from .paths import name_prefix_problem, path_entries, read_files
 from .protocol import operation, streaming
-from .steps import Call, Operation, Sleep, Step
+from .steps import Call, Download, Operation, Sleep, Step, Upload
 from .streaming import ChatStreamDecoder, StreamCall, chat_result
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -260,6 +261,29 @@ class ClientBase:
     def snapshot_listing(self) -> Operation[SnapshotListing]:
         """The snapshots, and apart, the folders whose manifest cannot be read."""
         return SnapshotListing.model_validate((yield from self._json(Call("GET", "/v1/admin/snapshots"))))
+
+    # --- export and import --------------------------------------------------------------------------
+
+    @operation
+    def export_collection(self, collection: str, path: str | os.PathLike[str], *,
+                          on_piece: Callable[[bytes], None] | None = None) -> Operation[Path]:
+        """Download ``collection`` (points, vectors, settings) as an export file (``.ragserve.jsonl.gz``) at
+        ``path``, streamed to disk and flushed before this returns; ``on_piece(bytes)`` sees each compressed
+        piece as it is written (a progress line). Returns the path."""
+        target = Path(path)
+        call = Call("GET", f"/v1/collections/{_name(collection)}/export", download=Download(target, on_piece))
+        yield from self._send(call)
+        return target
+
+    @operation
+    def import_collection(self, collection: str, path: str | os.PathLike[str], *,
+                          on_piece: Callable[[bytes], None] | None = None) -> Operation[ImportResult]:
+        """Upload an export file into ``collection`` (new or empty), streamed from disk, with no embedding call
+        (the file holds the vectors); run again, it finishes an import that was cut off. ``on_piece(bytes)``
+        sees each compressed piece as it is sent."""
+        call = Call("POST", f"/v1/collections/{_name(collection)}/import", headers={"Content-Type": "application/gzip"},
+                    upload=Upload(Path(path), on_piece))
+        return ImportResult.model_validate((yield from self._json(call)))
 
     # --- search -------------------------------------------------------------------------------------
 

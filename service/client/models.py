@@ -57,6 +57,18 @@ class SnapshotListing(_Model):
     unreadable: list[UnreadableSnapshot] = Field(default_factory=list)
 
 
+class ImportResult(_Model):
+    """What ``import_collection`` did: the points the file held and the collection holds now."""
+
+    collection: str
+    export_id: str
+    points: int
+    stored: int
+    created: bool
+    resumed: bool
+    quantization: str | None = None
+
+
 class UpsertResult(_Model):
     collection: str
     upserted: int

@@ -10,7 +10,7 @@ import httpx
 from .api import ClientBase
 from .errors import RagserveClientError
 from .protocol import check, request_args, transport_error
-from .steps import Call, Operation, Sleep
+from .steps import PIECE, Call, Download, Operation, Sleep
 from .streaming import ChatStream, StreamCall
 
 T = TypeVar("T")
@@ -46,10 +46,29 @@ class Client(ClientBase):
             self._http.close()
 
     def _exchange(self, call: Call) -> httpx.Response:
+        if call.download is not None:
+            return self._download(call, call.download)
         try:
-            return check(self._http.request(call.method, call.path, **request_args(call, self._auth)))
+            return check(self._http.request(call.method, call.path, **self._args(call)))
         except httpx.TransportError as exc:
             raise transport_error(exc) from exc
+
+    def _args(self, call: Call) -> dict[str, Any]:
+        args = request_args(call, self._auth)
+        if call.upload is not None:
+            args["content"] = call.upload.pieces()
+        return args
+
+    def _download(self, call: Call, sink: Download) -> httpx.Response:
+        """A streamed answer written to its file as it comes; the response is returned closed, body unread."""
+        response = self._open(call)
+        try:
+            sink.write(response.iter_raw(PIECE))
+        except httpx.TransportError as exc:
+            raise transport_error(exc) from exc
+        finally:
+            response.close()
+        return response
 
     def _drive(self, op: Operation[T]) -> T:
         value: Any = None
@@ -71,7 +90,7 @@ class Client(ClientBase):
     def _open(self, call: Call) -> httpx.Response:
         """Send a streamed request; an error answer is read whole and raised."""
         try:
-            request = self._http.build_request(call.method, call.path, **request_args(call, self._auth))
+            request = self._http.build_request(call.method, call.path, **self._args(call))
             response = self._http.send(request, stream=True)
             if response.status_code >= 400:
                 response.read()

@@ -29,7 +29,7 @@ def schemas(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:  # typ
     (models.Snapshot, "SnapshotOut"), (models.SnapshotCollection, "SnapshotCollection"),
     (models.SnapshotListing, "SnapshotList"), (models.UnreadableSnapshot, "UnreadableSnapshot"),
     (models.ContextResult, "ContextResponse"), (models.ContextPassage, "ContextPassage"),
-    (models.DroppedCandidate, "DroppedCandidate"),
+    (models.DroppedCandidate, "DroppedCandidate"), (models.ImportResult, "ImportOut"),
 ])
 def test_model_fields_are_the_response_schema(schemas: dict, model: type[BaseModel], schema: str) -> None:  # type: ignore[type-arg]
     assert set(model.model_fields) == set(schemas[schema]["properties"])
