@@ -392,7 +392,7 @@ class EdgeStore(VectorStore):
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
         idf_corpus: Filter | None = None,
     ) -> list[HitRow]:
-        """:meth:`engine_query`'s hits as plain rows: what the store's process sends (:mod:`service.store.process`)."""
+        """:meth:`engine_query`'s hits as plain rows: what the store's process sends (:mod:`service.store.child`)."""
         search = self._search(name, dense, sparse, limit, query_filter, fusion, idf_corpus)
         return _rows(await self._run(name, search))
 

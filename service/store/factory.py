@@ -9,7 +9,7 @@ from qdrant_client import AsyncQdrantClient
 from service.config import Settings
 from service.store.base import VectorStore
 from service.store.edge import EdgeStore
-from service.store.process import ProcessStore
+from service.store.proxy import ProcessStore
 from service.store.qdrant_snapshots import SnapshotApi
 from service.store.server import ServerStore, open_client
 

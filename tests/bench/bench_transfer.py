@@ -37,7 +37,7 @@ from qdrant_client import AsyncQdrantClient
 from service.profiles import EmbeddingModel
 from service.sparse.config import SparseConfig
 from service.store.base import VectorStore
-from service.store.process import ProcessStore
+from service.store.proxy import ProcessStore
 from service.store.server import ServerStore
 from service.store.snapshots import restore
 from service.store.types import Chunk, Hit, SparseVector

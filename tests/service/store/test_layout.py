@@ -19,7 +19,7 @@ from service.server import preflight
 from service.store.edge import EdgeStore, optimize_collection
 from service.store.errors import LegacyStoreLayout, StoreLayoutOutdated, StoreLayoutTooNew
 from service.store.layout import LAYOUT, MARKER, MIGRATIONS, engine_version, migrate_command
-from service.store.process import ProcessStore
+from service.store.proxy import ProcessStore
 from service.store.types import Chunk
 
 LAYOUT1 = {"engine": "qdrant-edge", "layout": 1}

@@ -22,7 +22,7 @@ from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore
 from service.store.edge import EdgeStore, optimize_collection
 from service.store.errors import CollectionNotFound
-from service.store.process import ProcessStore
+from service.store.proxy import ProcessStore
 from service.store.server import ServerStore
 from service.store.types import Chunk, SparseVector
 from service.transfer.errors import ExportCorrupt, ExportTruncated, ImportConflict, InvalidExport
