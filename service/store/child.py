@@ -71,115 +71,132 @@ async def serve_connection(store: VectorStore, conn: Connection, *, shared: bool
     """Answer one peer's requests on ``conn`` until it closes its end or sends ``aclose``. ``shared`` (the store
     owner, :mod:`service.store.owner`): the store serves other peers too, so this peer's ``aclose`` ends its own
     connection only and never closes the store; its open cursors are closed with it either way."""
-    loop = asyncio.get_running_loop()
-    ended: asyncio.Future[tuple[Any, ...] | None] = loop.create_future()
-    """The peer's ``aclose`` request, or None when its end closed."""
+    peer = _Peer(store, conn)
+    receiver = _Receiver(conn, peer.dispatch, peer.hang_up)
+    try:
+        closing = await peer.ended
+        if closing is not None:
+            await asyncio.gather(*peer.tasks, return_exceptions=True)
+            if not shared:
+                await store.aclose()
+            await peer.send((closing[0], True, None))
+    finally:
+        await asyncio.gather(*peer.tasks, return_exceptions=True)
+        await peer.close_cursors()
+        receiver.close()
+        peer.sender.close(wait=True)
 
-    def dispatch(message: tuple[Any, ...]) -> None:
+
+class _Peer:
+    """One peer's side of :func:`serve_connection`: its requests as they arrive, their replies, its open cursors."""
+
+    def __init__(self, store: VectorStore, conn: Connection) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.ended: asyncio.Future[tuple[Any, ...] | None] = self._loop.create_future()
+        """The peer's ``aclose`` request, or None when its end closed."""
+        self._store = store
+        self.sender = _Sender(conn)
+        # An inline EdgeStore (the child's, the owner's) answers a search without waiting: see ``dispatch``.
+        self._query_now = getattr(store, "query_rows_now", None) if getattr(store, "inline", False) else None
+        self._cursors: dict[int, AsyncIterator[Any]] = {}
+        self._ids = itertools.count()
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def dispatch(self, message: tuple[Any, ...]) -> None:
         # Each request's task starts from the receiver's callback, in the order the requests came (a queue read
         # by a loop of its own cost one more loop turn per request).
-        if ended.done():
+        if self.ended.done():
             return  # after aclose nothing more is served
         rid, method, args, kw = message
         if method == "aclose":
-            ended.set_result(message)
+            self.ended.set_result(message)
             return
-        if method == "query_rows" and query_now is not None:
+        if method == "query_rows" and self._query_now is not None:
             # A search waits for nothing here: answered at once, its reply written at the end of this turn with
             # the others', and no task of its own (unless its reply is large: then a task writes it).
-            rest = sender.batched(answer_now(rid, args, kw))
+            rest = self.sender.batched(self._answer_now(rid, args, kw))
             if rest is None:
                 return
-            coro: Coroutine[Any, Any, None] = send_pickled(rest)
+            coro: Coroutine[Any, Any, None] = self._send_pickled(rest)
         else:
-            coro = handle(rid, method, args, kw)
-        task = loop.create_task(coro)
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+            coro = self._handle(rid, method, args, kw)
+        task = self._loop.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
-    def answer_now(rid: int, args: tuple[Any, ...], kw: dict[str, Any]) -> tuple[int, bool, Any]:
-        assert query_now is not None
+    def _answer_now(self, rid: int, args: tuple[Any, ...], kw: dict[str, Any]) -> tuple[int, bool, Any]:
+        assert self._query_now is not None
         try:
             if isinstance(kw.get("dense"), bytes):
                 kw["dense"] = _floats(kw["dense"])
-            return rid, True, query_now(*args, **kw)
+            return rid, True, self._query_now(*args, **kw)
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
             return rid, False, _describe_exception(exc)
 
-    def hang_up() -> None:
-        if not ended.done():
-            ended.set_result(None)
+    def hang_up(self) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
 
-    sender = _Sender(conn)
-    # An inline EdgeStore (the child's, the owner's) answers a search without waiting: see ``dispatch``.
-    query_now = getattr(store, "query_rows_now", None) if getattr(store, "inline", False) else None
-
-    async def send(reply: tuple[int, bool, Any]) -> None:
+    async def send(self, reply: tuple[int, bool, Any]) -> None:
         try:
-            await sender.send(reply)
+            await self.sender.send(reply)
         except (OSError, ValueError):
             pass  # the peer is gone: our reader sees EOF and we close
 
-    async def send_pickled(data: bytes) -> None:
+    async def _send_pickled(self, data: bytes) -> None:
         try:
-            await sender.send_pickled(data)
+            await self.sender.send_pickled(data)
         except (OSError, ValueError):
             pass
 
-    cursors: dict[int, AsyncIterator[Any]] = {}
-    ids = itertools.count()
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def handle(rid: int, method: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+    async def _handle(self, rid: int, method: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
         try:
-            if method == "ping":
-                value: Any = await store.ping()
-            elif method == "upsert":
-                name, chunks, matrix, sparse = args
-                value = await store.upsert(name, chunks, matrix.tolist(), sparse)
-            elif method == "_scroll_open":
-                cursor = next(ids)
-                scroll, rest = args[0], args[1:]
-                cursors[cursor] = (aiter(store.scroll_texts(*rest)) if scroll == "scroll_texts"
-                                   else _packed(store.export_points(*rest)))
-                value = cursor
-            elif method == "_scroll_next":
-                if args[0] not in cursors:  # a reconnected peer asking for a cursor of its old connection
-                    raise StoreError("the embedded store's scroll ended with its connection")
-                try:
-                    value = await anext(cursors[args[0]])
-                except StopAsyncIteration:
-                    value = None
-            elif method == "_scroll_close":
-                it = cursors.pop(args[0], None)
-                if it is not None and hasattr(it, "aclose"):
-                    await it.aclose()
-                value = None
-            else:
-                if method in ("query_rows", "mode_scores") and isinstance(kw.get("dense"), bytes):
-                    kw["dense"] = _floats(kw["dense"])
-                value = await getattr(store, method)(*args, **kw)
-            reply: tuple[int, bool, Any] = (rid, True, value)
+            reply: tuple[int, bool, Any] = (rid, True, await self._call(method, args, kw))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
             reply = (rid, False, _describe_exception(exc))
-        await send(reply)
+        await self.send(reply)
 
-    receiver = _Receiver(conn, dispatch, hang_up)
-    try:
-        closing = await ended
-        if closing is not None:
-            await asyncio.gather(*tasks, return_exceptions=True)
-            if not shared:
-                await store.aclose()
-            await send((closing[0], True, None))
-    finally:
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for it in cursors.values():
+    async def _call(self, method: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+        store = self._store
+        if method == "ping":
+            return await store.ping()
+        if method == "upsert":
+            name, chunks, matrix, sparse = args
+            return await store.upsert(name, chunks, matrix.tolist(), sparse)
+        if method == "_scroll_open":
+            return self._scroll_open(args[0], args[1:])
+        if method == "_scroll_next":
+            return await self._scroll_next(args[0])
+        if method == "_scroll_close":
+            return await self._scroll_close(args[0])
+        if method in ("query_rows", "mode_scores") and isinstance(kw.get("dense"), bytes):
+            kw["dense"] = _floats(kw["dense"])
+        return await getattr(store, method)(*args, **kw)
+
+    def _scroll_open(self, scroll: str, rest: tuple[Any, ...]) -> int:
+        cursor = next(self._ids)
+        self._cursors[cursor] = (aiter(self._store.scroll_texts(*rest)) if scroll == "scroll_texts"
+                                 else _packed(self._store.export_points(*rest)))
+        return cursor
+
+    async def _scroll_next(self, cursor: int) -> Any:
+        if cursor not in self._cursors:  # a reconnected peer asking for a cursor of its old connection
+            raise StoreError("the embedded store's scroll ended with its connection")
+        try:
+            return await anext(self._cursors[cursor])
+        except StopAsyncIteration:
+            return None
+
+    async def _scroll_close(self, cursor: int) -> None:
+        it = self._cursors.pop(cursor, None)
+        if it is not None and hasattr(it, "aclose"):
+            await it.aclose()
+
+    async def close_cursors(self) -> None:
+        for it in self._cursors.values():
             if hasattr(it, "aclose"):
                 with contextlib.suppress(Exception):
                     await it.aclose()
-        receiver.close()
-        sender.close(wait=True)
 
 
 if __name__ == "__main__":  # the child: python -m service.store.child FD ROOT KWARGS_JSON
