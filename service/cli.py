@@ -305,7 +305,7 @@ def cmd_keys_hash(args: argparse.Namespace) -> None:
 def cmd_optimize(args: argparse.Namespace) -> None:
     """Build HNSW (or, with --int8, the int8 quantization) for a collection of the embedded store, in this
     process, while nothing else has it open."""
-    from service.store.edge import optimize_collection
+    from service.store.edge_optimize import optimize_collection
     from service.store.errors import CollectionNotFound
 
     settings = _settings(args)

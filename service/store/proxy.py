@@ -216,7 +216,7 @@ class ProcessStore(VectorStore):
         return await self._run("snapshot", name, dest)
 
     def check_writable(self, need_bytes: int = 0) -> None:
-        from service.store.edge import check_free_space
+        from service.store.edge_space import check_free_space
 
         check_free_space(self.root, self._min_free, need_bytes)
 

@@ -29,7 +29,8 @@ import pytest
 
 from service.profiles import MINILM
 from service.sparse.config import SparseConfig
-from service.store.edge import EdgeStore, optimize_collection
+from service.store.edge import EdgeStore
+from service.store.edge_optimize import optimize_collection
 from service.store.types import Chunk, SparseVector
 from service.transfer.exporter import start_export
 from tests.support.process import ServeProcess, process_tree, ragserve_serve
