@@ -10,8 +10,8 @@ from service.config import Settings
 from service.store.base import VectorStore
 from service.store.edge import EdgeStore
 from service.store.proxy import ProcessStore
+from service.store.qdrant_server import ServerStore, open_client
 from service.store.qdrant_snapshots import SnapshotApi
-from service.store.server import ServerStore, open_client
 
 
 async def open_store(settings: Settings, *, client: AsyncQdrantClient | None = None) -> VectorStore:

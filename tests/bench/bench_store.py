@@ -390,7 +390,7 @@ async def open_store(backend: str, folder: Path, *, hnsw_ef: int = 256, oversamp
     if backend == "local":
         from qdrant_client import AsyncQdrantClient
 
-        from service.store.server import ServerStore
+        from service.store.qdrant_server import ServerStore
 
         return ServerStore(AsyncQdrantClient(path=str(folder)), timeout_s=3600)
 

@@ -21,7 +21,7 @@ from service.store.base import VectorStore
 from service.store.edge import EdgeStore
 from service.store.errors import CollectionExists, CollectionNotFound
 from service.store.proxy import ProcessStore
-from service.store.server import ServerStore
+from service.store.qdrant_server import ServerStore
 from service.store.types import Chunk, Filter, Fusion, Match, MatchAny, Range, SparseVector, point_id
 
 DIM = 8

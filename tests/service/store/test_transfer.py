@@ -24,7 +24,7 @@ from service.store.edge import EdgeStore
 from service.store.edge_optimize import optimize_collection
 from service.store.errors import CollectionNotFound
 from service.store.proxy import ProcessStore
-from service.store.server import ServerStore
+from service.store.qdrant_server import ServerStore
 from service.store.types import Chunk, SparseVector
 from service.transfer.errors import ExportCorrupt, ExportTruncated, ImportConflict, InvalidExport
 from service.transfer.exporter import start_export
