@@ -23,7 +23,7 @@ from service.profiles import MINILM, QWEN3
 from service.runners.launcher import RunnerProcess, runner_specs, running
 from service.runners.supervisor import RestartPolicy, supervised
 from service.store.owner import StoreOwner
-from service.store.process import ProcessStore
+from service.store.proxy import ProcessStore
 from tests.support.app import API_KEY
 from tests.support.postgres import PostgresCluster, running_postgres
 from tests.support.runners import (

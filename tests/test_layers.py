@@ -125,6 +125,20 @@ def test_the_cli_modules_import_each_other_without_a_circle() -> None:
     assert circles(graph) == []
 
 
+def test_the_store_modules_import_each_other_without_a_circle() -> None:
+    """service/store in one direction, imports inside functions included: the pipe's framing knows neither side,
+    the proxy (the API's side) and the child (the store's side) each import it, and neither imports the other."""
+    store = "service.store."
+    graph = {path.stem: {m.removeprefix(store).split(".")[0] for m in imported_modules(path)
+                         if m.startswith(store)} - {path.stem}
+             for path in (ROOT / "service" / "store").glob("*.py") if path.stem != "__init__"}
+    assert graph["proxy"] >= {"framing"} and graph["child"] >= {"framing"}
+    assert not graph["framing"] & {"proxy", "child", "owner"}
+    assert "child" not in graph["proxy"] and "proxy" not in graph["child"]
+    assert "edge" not in graph["proxy"]  # the proxy needs the disk check only, not the engine's store
+    assert circles(graph) == []
+
+
 def test_the_parsers_import_their_error_from_below_not_from_their_package() -> None:
     """indexer/parsers/__init__.py imports every parser; a parser that imported ``ParseError`` back from the
     package (inside a function, to dodge the circle at import time) made one. The error has its own module."""

@@ -88,7 +88,8 @@ def _restore_to_server(args: argparse.Namespace, expect: str | None) -> tuple[Sn
 
 def cmd_keys_hash(args: argparse.Namespace) -> None:
     """Print a keys-file entry for a new key (or for one read from stdin), and the key itself once."""
-    from service.auth.keys import ApiKeyEntry, TenantEntry, new_key, scrypt_hash, sha256_hex
+    from service.auth.keys import new_key, scrypt_hash, sha256_hex
+    from service.config.keys import ApiKeyEntry, TenantEntry
 
     key = sys.stdin.readline().rstrip("\r\n") if args.stdin else new_key()
     if len(key) < 16:
@@ -113,7 +114,7 @@ def cmd_keys_hash(args: argparse.Namespace) -> None:
 def cmd_optimize(args: argparse.Namespace) -> None:
     """Build HNSW (or, with --int8, the int8 quantization) for a collection of the embedded store, in this
     process, while nothing else has it open."""
-    from service.store.edge import optimize_collection
+    from service.store.edge_optimize import optimize_collection
     from service.store.errors import CollectionNotFound
 
     settings = settings_of(args)

@@ -1,7 +1,7 @@
 """The store interface: what the search service, the documents writer and the indexer ask of Qdrant.
 
 Two backends implement it: :class:`service.store.edge.EdgeStore` (Qdrant Edge, the embedded default, one
-process per data folder) and :class:`service.store.server.ServerStore` (a Qdrant server or cluster over
+process per data folder) and :class:`service.store.qdrant_server.ServerStore` (a Qdrant server or cluster over
 ``AsyncQdrantClient``). Both hold the same points and answer the same queries; ``tests/service/store``
 runs one contract suite over both.
 

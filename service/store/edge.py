@@ -37,17 +37,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import re
 import shutil
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, suppress
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 import qdrant_edge as qe
 
 from service.deadline import Deadline, acquire_within, within
@@ -55,6 +53,28 @@ from service.sparse.config import SparseConfig, SparseStats
 from service.store import snapshots
 from service.store.atomic import write_json as _write_json
 from service.store.base import VectorStore, check_vectors
+from service.store.edge_convert import _rows, _stored, to_edge
+from service.store.edge_shard import (
+    _Collection,
+    _config,
+    _create_shard,
+    _drop,
+    _flush_and_close,
+    _idf_params,
+    _tenant_index,
+    _upsert,
+    search_pool_size,
+)
+from service.store.edge_space import (
+    NEW_SHARD_BYTES,
+    NO_SPACE,
+    SMALL_WRITE_BYTES,
+    WRITE_COPIES,
+    _allocated_bytes,
+    _reason,
+    _write_bytes,
+    check_free_space,
+)
 from service.store.errors import (
     CollectionExists,
     CollectionNotFound,
@@ -66,49 +86,22 @@ from service.store.layout import ENGINE, MARKER, engine_version, lock_store
 from service.store.types import (
     DENSE,
     INT8,
-    INTERNAL_INDEXES,
     SPARSE,
-    TENANT,
     Chunk,
     CollectionInfo,
     DocState,
     Filter,
     Fusion,
-    HasId,
     Hit,
     HitRow,
-    IsEmpty,
-    Match,
-    MatchAny,
-    Range,
     SparseVector,
     StateCollector,
     StoredPoint,
-    hit_row,
 )
 
 log = logging.getLogger("ragserve.store")
 T = TypeVar("T")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,63}$")
-FIELD_TYPES = {
-    "keyword": qe.PayloadSchemaType.Keyword,
-    "integer": qe.PayloadSchemaType.Integer,
-    "float": qe.PayloadSchemaType.Float,
-    "bool": qe.PayloadSchemaType.Bool,
-    "datetime": qe.PayloadSchemaType.Datetime,
-    "text": qe.PayloadSchemaType.Text,
-}
-
-
-@dataclass
-class _Collection:
-    info: CollectionInfo
-    shard: qe.EdgeShard
-    folder: Path
-    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    closed: bool = False
-    tenant_fields: set[str] = field(default_factory=set)
-    """Fields known to have their ``is_tenant`` index (read from the shard on first use)."""
 
 
 class EdgeStore(VectorStore):
@@ -392,7 +385,7 @@ class EdgeStore(VectorStore):
         limit: int, query_filter: Filter | None = None, fusion: Fusion | None = None,
         idf_corpus: Filter | None = None,
     ) -> list[HitRow]:
-        """:meth:`engine_query`'s hits as plain rows: what the store's process sends (:mod:`service.store.process`)."""
+        """:meth:`engine_query`'s hits as plain rows: what the store's process sends (:mod:`service.store.child`)."""
         search = self._search(name, dense, sparse, limit, query_filter, fusion, idf_corpus)
         return _rows(await self._run(name, search))
 
@@ -517,268 +510,3 @@ class EdgeStore(VectorStore):
                 ])
                 self.check_space(WRITE_COPIES * sum(64 + 8 * len(v.indices) for _, v in part))
                 await self._run(name, lambda op=op: coll.shard.update(op))
-
-
-# --- helpers that run in the pool (plain functions: no event-loop state) -------------------------------
-
-
-def _create_shard(folder: Path, info: CollectionInfo, search_threads: int) -> qe.EdgeShard:
-    if folder.exists():  # an earlier create that never wrote collection.json: ours, and empty of meaning
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    shard = qe.EdgeShard.create(str(folder / "shard"), _config(info.dimensions, info.sparse is not None,
-                                                               search_threads=search_threads))
-    indexes = {**INTERNAL_INDEXES, **{f"metadata.{k}": v for k, v in info.filter_fields.items()}}
-    for key, kind in indexes.items():
-        shard.update(qe.UpdateOperation.create_field_index(key, FIELD_TYPES[kind]))
-    shard.flush()
-    _write_json(folder / "collection.json", {"dimensions": info.dimensions, **info.metadata()})
-    return shard
-
-
-def _idf_params(corpus: Filter | None) -> qe.SearchParams:
-    # IDF over the live points: by default the engine counts deleted points until a vacuum rewrites the
-    # segment (and Edge has no background optimizer), so a deleted document would skew BM25 forever. A
-    # tenant's query counts its own tenant's points only (its ranking owes nothing to other tenants' data).
-    live: list[Any] = [qe.HasVectorCondition(SPARSE)]
-    if corpus is not None:
-        live.append(to_edge(corpus))
-    return qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter(must=live)))
-
-
-def _tenant_index(shard: qe.EdgeShard, field: str) -> None:
-    schema = shard.info().payload_schema
-    if f"metadata.{field}" not in schema or not getattr(schema[f"metadata.{field}"].params, "is_tenant", False):
-        shard.update(qe.UpdateOperation.create_field_index(f"metadata.{field}", qe.KeywordIndexParams(is_tenant=True)))
-    if TENANT not in schema:
-        shard.update(qe.UpdateOperation.create_field_index(TENANT, FIELD_TYPES["keyword"]))
-
-
-def search_pool_size(cores: int | None = None) -> int:
-    """The engine's search pool per collection where the settings leave it to ragserve: 1 on a host of up to 4
-    cores, else one thread per core.
-
-    With a pool of 1 the engine searches on the calling thread. The store's engine calls hold its GIL, so its
-    searches run one at a time and only a search's own segments could run in parallel; on a small host the
-    API, the runners and the store already share the cores, and a pool's threads mostly wake and wait for each
-    other. Measured on 2 cores (``python -m tests.bench.bench_store_threads``): the engine's default pool (8
-    threads) spent 3.6x the CPU of one thread on 500 points of 1024 dimensions, 2.3x on 2,000 of 384, and took
-    longer as well. Above 4 cores (not measured here) a large collection's segments are searched in parallel."""
-    cores = cores or os.cpu_count() or 1
-    return 1 if cores <= 4 else cores
-
-
-def _config(dimensions: int, sparse: bool, optimizers: qe.EdgeOptimizersConfig | None = None, *,
-            int8: bool = False, search_threads: int | None = None) -> qe.EdgeConfig:
-    """The shard's config. On a load, what is left ``None`` keeps what the shard has stored (so a collection once
-    set to int8 stays int8); ``int8`` sets scalar quantization, its int8 copy kept in RAM, with ``m=0``: no HNSW
-    graph, so ``optimize`` builds only the quantized copy and a dense search is a full scan over it, rescored with
-    the float vectors (the variant measured in docs/store-benchmark.md)."""
-    return qe.EdgeConfig(
-        vectors={DENSE: qe.EdgeVectorParams(size=dimensions, distance=qe.Distance.Cosine)},
-        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)} if sparse else None,
-        optimizers=optimizers,
-        hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000) if int8 else None,
-        quantization_config=(qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, memory=qe.Memory.Pinned)
-                             if int8 else None),
-        max_search_threads=search_threads,
-    )
-
-
-def _upsert(shard: qe.EdgeShard, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-            sparse: Sequence[SparseVector | None] | None) -> None:
-    points = []
-    for i, (c, v) in enumerate(zip(chunks, vectors, strict=True)):
-        vector: dict[str, Any] = {DENSE: list(v)}
-        s = sparse[i] if sparse is not None else None
-        if s is not None:
-            vector[SPARSE] = qe.SparseVector(list(s.indices), list(s.values))
-        points.append(qe.Point(c.id_in(name), vector, c.payload()))
-    shard.update(qe.UpdateOperation.upsert_points(points))
-
-
-def _rows(points: Sequence[qe.ScoredPoint]) -> list[HitRow]:
-    return [hit_row(p.id, p.score, p.payload) for p in points]
-
-
-def _stored(record: Any) -> StoredPoint:
-    vectors = record.vector or {}
-    sparse = vectors.get(SPARSE)
-    return StoredPoint(str(record.id), dict(record.payload or {}), vectors[DENSE],
-                       SparseVector(list(sparse.indices), list(sparse.values)) if sparse is not None else None)
-
-
-def check_free_space(root: Path, min_free: int, need_bytes: int) -> None:
-    """:class:`StoreFull` unless the disk holding ``root`` has ``min_free`` + ``need_bytes`` bytes free."""
-    try:
-        st = os.statvfs(root)
-    except OSError as exc:
-        raise StoreError(f"the embedded store's folder cannot be read: {exc.strerror}") from exc
-    free = st.f_bavail * st.f_frsize
-    if free < min_free + need_bytes:
-        raise StoreFull(
-            f"the data disk is full: {free / 2**20:.1f} MiB free, and this write needs "
-            f"{need_bytes / 2**20:.1f} MiB above the {min_free / 2**20:.0f} MiB the embedded store keeps "
-            "in reserve (RAGSERVE_QDRANT__EDGE_MIN_FREE_MB). Nothing was written; searches go on, and writes "
-            "work again once space is freed"
-        )
-
-NEW_SHARD_BYTES = 64 << 20
-"""What a new shard takes on disk (measured on tmpfs: 7.2 MB at once, then its first load writes out its WAL's
-two 32 MB segments, from 8.7 to 55 MB), so that a new collection can still be opened after a restart."""
-SMALL_WRITE_BYTES = 1 << 20
-WRITE_COPIES = 3
-"""A point is written about three times before its write returns: the WAL, the segment, the payload indexes."""
-
-
-def _write_bytes(chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
-                 sparse: Sequence[SparseVector | None] | None) -> int:
-    """An upper estimate of the bytes one engine write of these points puts on the disk."""
-    size = 0
-    for i, c in enumerate(chunks):
-        size += 256 + len(c.text.encode("utf-8")) + len(json.dumps(c.metadata, ensure_ascii=False, default=str))
-        s = sparse[i] if sparse is not None else None
-        size += 4 * len(vectors[i]) + (8 * len(s.indices) if s is not None else 0)
-    return WRITE_COPIES * size
-
-
-def _allocated_bytes(folders: Sequence[Path]) -> int:
-    """What copies of these folders take on disk (without holes: ``service.store.files.copy_sparse``)."""
-    return sum(p.stat().st_blocks * 512 for folder in folders for p in folder.rglob("*") if p.is_file())
-
-
-def _flush_and_close(shard: qe.EdgeShard) -> None:
-    shard.flush()
-    shard.close()
-
-
-def _drop(coll: _Collection) -> None:
-    coll.shard.close()
-    (coll.folder / "collection.json").unlink(missing_ok=True)  # first: a half-deleted folder is ignored
-    shutil.rmtree(coll.folder, ignore_errors=True)
-
-
-NO_SPACE = "no space left on the data disk"
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc)
-    if "No space left" in text or "os error 28" in text:
-        return NO_SPACE
-    return text[:300]
-
-
-def to_edge(flt: Filter) -> qe.Filter:
-    def cond(c: Any) -> Any:
-        if isinstance(c, Filter):
-            return to_edge(c)
-        if isinstance(c, Match):
-            # The 0.9 binding tries int before bool, so a Python bool would match the integer 1, never a bool
-            # payload; numpy's bool is not an integer and lands on the bool variant.
-            value = np.bool_(c.value) if isinstance(c.value, bool) else c.value
-            return qe.FieldCondition(key=c.key, match=qe.MatchValue(value))
-        if isinstance(c, MatchAny):
-            return qe.FieldCondition(key=c.key, match=qe.MatchAny(list(c.values)))
-        if isinstance(c, Range):
-            return qe.FieldCondition(key=c.key, range=qe.RangeFloat(gt=c.gt, gte=c.gte, lt=c.lt, lte=c.lte))
-        if isinstance(c, IsEmpty):
-            return qe.IsEmptyCondition(c.key)
-        if isinstance(c, HasId):
-            return qe.HasIdCondition(set(c.ids))
-        raise TypeError(f"not a filter condition: {c!r}")
-
-    return qe.Filter(
-        must=[cond(c) for c in flt.must] or None,
-        must_not=[cond(c) for c in flt.must_not] or None,
-        should=[cond(c) for c in flt.should] or None,
-    )
-
-
-INDEXING_THRESHOLD_KB = 1
-"""The engine's indexing threshold as ``optimize_collection`` sets it: a segment is indexed (HNSW) or quantized
-(int8) only above 1 KB of vectors, so every segment of any real size is, at once (there is no background optimizer
-to act on the stored setting later; the engine's default, 10,000 KB, would leave 5,000 x 384 as it is)."""
-
-HNSW_FLOATS_PER_S = 2400 * 384
-"""The HNSW build, measured on 2 cores: about 2,400 points/s at 384 dims (40k in 16.5 s), slower in proportion
-to the dimensions."""
-
-INT8_FLOATS_PER_S = 7.5e6
-"""The int8 quantization (no graph), measured on 2 busy cores (docs/store-benchmark.md): 13.4 s at 100k x 1024,
-1.0 s at 10k x 1024."""
-
-
-def optimize_collection(root: Path, name: str, *, int8: bool = False,
-                        progress: Callable[[str], None] = print) -> dict[str, Any]:
-    """Optimize one collection, in this process, with the store's lock held (never while serving: the engine
-    holds the GIL throughout): build its HNSW graph, or with ``int8`` (or once the collection is int8) quantize
-    its dense vectors to int8 for full scans, record that in ``collection.json``, and from then on the store's
-    dense searches on it oversample and rescore. The engine cannot drop a quantization once set, so a collection
-    stays int8; segments built before converge to the config (an HNSW collection switched to int8 loses its
-    graph). Points written afterwards go to an appendable segment, searched exactly until the next optimize."""
-    import time
-
-    lock = lock_store(root)
-    try:
-        folder = root / "collections" / name
-        if not (folder / "collection.json").is_file():
-            raise CollectionNotFound(name)
-        meta = json.loads((folder / "collection.json").read_text())
-        dims, has_sparse = int(meta["dimensions"]), bool(meta.get("sparse"))
-        if meta.get("quantization") == INT8 and not int8:
-            int8 = True
-            progress(f"{name!r} is int8-quantized (its collection.json says so: `ragserve optimize {name} --int8`, "
-                     "or an import of an int8 collection, recorded it), and stays so: the engine cannot remove a "
-                     "quantization, and an HNSW graph over int8 vectors was never measured here. For HNSW without "
-                     "int8, index into a new collection.")
-        if int8 and meta.get("quantization") != INT8:
-            # Recorded before the shard's config changes: a collection.json that says int8 over a shard not yet
-            # quantized only oversamples exact searches (harmless); the other way round would lose recall.
-            meta["quantization"] = INT8
-            _write_json(folder / "collection.json", meta)
-        every_segment = qe.EdgeOptimizersConfig(indexing_threshold=INDEXING_THRESHOLD_KB)
-        shard = qe.EdgeShard.load(str(folder / "shard"), _config(dims, has_sparse, every_segment, int8=int8))
-        try:
-            points = shard.info().points_count
-            what = "int8 scalar quantization, a full scan without a graph" if int8 else "HNSW graph"
-            estimate = points * dims / (INT8_FLOATS_PER_S if int8 else HNSW_FLOATS_PER_S)
-            progress(f"optimizing {name!r} ({what}): {points} points, {dims} dims; about {max(1, round(estimate))}s "
-                     "(the store must stay closed meanwhile)")
-            started = time.perf_counter()
-            changed = shard.optimize()
-            shard.flush()
-            took = time.perf_counter() - started
-            info = shard.info()
-            points = info.points_count
-            dense = _dense_indexed(shard, info.indexed_vectors_count, points, has_sparse)
-        finally:
-            shard.close()
-        done = "int8-quantized" if int8 else "in HNSW segments"
-        if changed:
-            line = f"done in {took:.1f}s: {dense} of {points} points' dense vectors are {done} " \
-                   f"({info.segments_count} segment(s))"
-            if points > dense:
-                line += f"; {points - dense} below the indexing threshold are searched exactly"
-        elif points == 0:
-            line = f"nothing to build: {name!r} is empty"
-        elif dense >= points:
-            line = f"nothing to do: all {points} points' dense vectors are already {done}"
-        else:
-            line = (f"nothing built: the engine indexes a segment only above {INDEXING_THRESHOLD_KB} KB of "
-                    f"vectors, and the {points - dense} point(s) not yet indexed are below it; searches over "
-                    "them stay exact")
-        if int8:
-            line += "; dense searches oversample by RAGSERVE_QDRANT__INT8_OVERSAMPLING (default 2) and rescore"
-        progress(line)
-        return {"mode": INT8 if int8 else "hnsw", "points": points, "seconds": took, "changed": changed,
-                "indexed": dense, "segments": info.segments_count}
-    finally:
-        lock.close()
-
-
-def _dense_indexed(shard: qe.EdgeShard, indexed_vectors: int, points: int, has_sparse: bool) -> int:
-    """Dense vectors in indexed (HNSW or int8) segments: the engine's ``indexed_vectors_count`` also counts every
-    sparse vector (their inverted index exists in every segment, the appendable one included)."""
-    sparse = shard.count(qe.CountRequest(exact=True, filter=qe.Filter(must=[qe.HasVectorCondition(SPARSE)]))) \
-        if has_sparse else 0
-    return max(0, min(points, indexed_vectors - int(sparse)))

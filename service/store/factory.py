@@ -9,9 +9,9 @@ from qdrant_client import AsyncQdrantClient
 from service.config import Settings
 from service.store.base import VectorStore
 from service.store.edge import EdgeStore
-from service.store.process import ProcessStore
+from service.store.proxy import ProcessStore
+from service.store.qdrant_server import ServerStore, open_client
 from service.store.qdrant_snapshots import SnapshotApi
-from service.store.server import ServerStore, open_client
 
 
 async def open_store(settings: Settings, *, client: AsyncQdrantClient | None = None) -> VectorStore:

@@ -4,7 +4,7 @@
 supervising ``serve`` process starts one owner (``python -m service.store.owner``) before it starts its API
 processes. The owner opens the store (taking the folder's lock and keeping it), listens on :data:`SOCKET_NAME` in
 the store folder (mode 0600: the user that runs ``serve`` only), and answers each connection with the protocol of
-:mod:`service.store.process` (each API process attaches with :meth:`ProcessStore.attach`). A peer's ``aclose``
+:mod:`service.store.child` (each API process attaches with :meth:`ProcessStore.attach`). A peer's ``aclose``
 ends its connection, never the store; a peer that dies (SIGKILL) only closes its connection, its calls in flight
 finish or fail alone in the owner.
 
@@ -31,14 +31,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from service.store.process import (
-    START_TIMEOUT_S,
-    _describe_exception,
-    _rebuild,
-    serve_connection,
-    short_path,
-    spawn_piped,
-)
+from service.store.child import serve_connection
+from service.store.framing import _describe_exception, _rebuild
+from service.store.proxy import START_TIMEOUT_S, short_path, spawn_piped
 
 log = logging.getLogger("ragserve.store")
 

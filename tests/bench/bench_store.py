@@ -21,7 +21,7 @@ Rows:
 - numpy: float32 matrix @ query, argpartition; sparse and hybrid with scipy (Qdrant's IDF formula and weighted
   RRF), the references for the sparse and hybrid agreement columns.
 - edge: ``EdgeStore`` as shipped: plain index, exact search.
-- edge int8: an edge folder built the same way, then ``service.store.edge.optimize_collection(int8=True)``
+- edge int8: an edge folder built the same way, then ``service.store.edge_optimize.optimize_collection(int8=True)``
   (``ragserve optimize --int8``: int8 scalar quantization with ``HnswIndexConfig(m=0)``, no graph, so a full scan
   over the int8 copy, rescored with the float vectors), searched through ``EdgeStore.open(int8_oversampling=N)``
   (``RAGSERVE_QDRANT__INT8_OVERSAMPLING``) with 2 (the default) and 1.
@@ -390,7 +390,7 @@ async def open_store(backend: str, folder: Path, *, hnsw_ef: int = 256, oversamp
     if backend == "local":
         from qdrant_client import AsyncQdrantClient
 
-        from service.store.server import ServerStore
+        from service.store.qdrant_server import ServerStore
 
         return ServerStore(AsyncQdrantClient(path=str(folder)), timeout_s=3600)
 
@@ -469,7 +469,7 @@ async def build_task(spec: dict[str, Any]) -> dict[str, Any]:
 def optimize_task(spec: dict[str, Any]) -> dict[str, Any]:
     import qdrant_edge as qe
 
-    from service.store.edge import optimize_collection
+    from service.store.edge_optimize import optimize_collection
 
     folder = Path(spec["store"])
     c0 = time.process_time()

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from service.store.edge import EdgeStore
-from service.store.process import ProcessStore
+from service.store.proxy import ProcessStore
 from service.store.types import Chunk
 
 

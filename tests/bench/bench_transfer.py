@@ -37,8 +37,8 @@ from qdrant_client import AsyncQdrantClient
 from service.profiles import EmbeddingModel
 from service.sparse.config import SparseConfig
 from service.store.base import VectorStore
-from service.store.process import ProcessStore
-from service.store.server import ServerStore
+from service.store.proxy import ProcessStore
+from service.store.qdrant_server import ServerStore
 from service.store.snapshots import restore
 from service.store.types import Chunk, Hit, SparseVector
 from service.transfer.exporter import start_export

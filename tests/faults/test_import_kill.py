@@ -29,7 +29,8 @@ import pytest
 
 from service.profiles import MINILM
 from service.sparse.config import SparseConfig
-from service.store.edge import EdgeStore, optimize_collection
+from service.store.edge import EdgeStore
+from service.store.edge_optimize import optimize_collection
 from service.store.types import Chunk, SparseVector
 from service.transfer.exporter import start_export
 from tests.support.process import ServeProcess, process_tree, ragserve_serve
@@ -98,12 +99,12 @@ def send_part(url: str, key: str, data: bytes, part: bytes) -> socket.socket:
 
 
 def store_child(api: ServeProcess) -> int:
-    """The pid of the API's embedded-store process (``python -m service.store.process``)."""
+    """The pid of the API's embedded-store process (``python -m service.store.child``)."""
     children = []
     for pid in process_tree(api.pid)[1:]:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"service.store.process" in f.read():
+                if b"service.store.child" in f.read():
                     children.append(pid)
         except FileNotFoundError:
             continue

@@ -1,7 +1,7 @@
 """A store call that does not return does not stop the API: ``/health`` answers while a search's or an upsert's
 call into the embedded store is held, and the held call completes once the store goes on.
 
-The embedded Qdrant Edge store runs in a child process of its own (``service.store.process``) because its
+The embedded Qdrant Edge store runs in a child process of its own (``service.store.child``) because its
 binding holds the GIL for the whole of every engine call; in the child the engine runs on that process's only
 loop, so a long engine call stops the child entirely. The test makes that state exact and indefinite: it stops
 the child with ``SIGSTOP`` (nothing in the child runs, as under an engine call that never returns), sends a
@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.store.process import ProcessStore
+from service.store.proxy import ProcessStore
 from tests.support.app import app_client
 from tests.support.scripted_embed import LIVENESS_S, ScriptedEmbedder, scripted_settings, vector_base64
 

@@ -20,8 +20,8 @@ from service.sparse.config import SparseConfig
 from service.store.base import VectorStore
 from service.store.edge import EdgeStore
 from service.store.errors import CollectionExists, CollectionNotFound
-from service.store.process import ProcessStore
-from service.store.server import ServerStore
+from service.store.proxy import ProcessStore
+from service.store.qdrant_server import ServerStore
 from service.store.types import Chunk, Filter, Fusion, Match, MatchAny, Range, SparseVector, point_id
 
 DIM = 8

@@ -19,7 +19,9 @@ import pytest
 from service.config import Settings
 from service.server import preflight
 from service.sparse.config import SparseConfig
-from service.store.edge import EdgeStore, optimize_collection, search_pool_size
+from service.store.edge import EdgeStore
+from service.store.edge_optimize import optimize_collection
+from service.store.edge_shard import search_pool_size
 from service.store.errors import LegacyStoreLayout, StoreError, StoreLocked
 from service.store.types import Chunk, Fusion, SparseVector
 

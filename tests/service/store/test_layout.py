@@ -16,10 +16,11 @@ from packaging.version import Version
 from service import __version__
 from service.config import Settings
 from service.server import preflight
-from service.store.edge import EdgeStore, optimize_collection
+from service.store.edge import EdgeStore
+from service.store.edge_optimize import optimize_collection
 from service.store.errors import LegacyStoreLayout, StoreLayoutOutdated, StoreLayoutTooNew
 from service.store.layout import LAYOUT, MARKER, MIGRATIONS, engine_version, migrate_command
-from service.store.process import ProcessStore
+from service.store.proxy import ProcessStore
 from service.store.types import Chunk
 
 LAYOUT1 = {"engine": "qdrant-edge", "layout": 1}

@@ -18,7 +18,7 @@ import pytest
 from service.store.errors import StoreError, StoreLocked
 from service.store.layout import probe_store
 from service.store.owner import StoreOwner
-from service.store.process import ProcessStore
+from service.store.proxy import ProcessStore
 from service.store.types import Chunk
 from tests.support.waiting import until_async
 

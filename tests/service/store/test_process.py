@@ -20,17 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from service.store.child import serve_connection
 from service.store.edge import EdgeStore
 from service.store.errors import CollectionNotFound
-from service.store.process import (
-    ProcessStore,
-    _describe_exception,
-    _f32,
-    _rebuild,
-    _Receiver,
-    _Sender,
-    serve_connection,
-)
+from service.store.framing import _describe_exception, _f32, _rebuild, _Receiver, _Sender
+from service.store.proxy import ProcessStore
 from service.store.types import Chunk
 from tests.support.heartbeat import Heartbeat
 from tests.support.tiers import patient
@@ -39,7 +33,7 @@ WRITER = textwrap.dedent("""
     import asyncio, sys
     from pathlib import Path
     import numpy as np
-    from service.store.process import ProcessStore
+    from service.store.proxy import ProcessStore
     from service.store.types import Chunk
 
     async def main():

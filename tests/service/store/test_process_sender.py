@@ -15,14 +15,14 @@ from multiprocessing.reduction import ForkingPickler
 
 import pytest
 
-from service.store import process
-from service.store.process import _Sender
+from service.store import framing
+from service.store.framing import _Sender
 
 
 async def test_mixed_sizes_sent_concurrently_arrive_whole() -> None:
     ours, theirs = socket.socketpair()
     sender, receiver = _Sender(Connection(ours.detach())), Connection(theirs.detach())
-    sizes = [10, 300_000, 5_000, process.INLINE_BYTES - 100, 1_000_000, 20] * 20
+    sizes = [10, 300_000, 5_000, framing.INLINE_BYTES - 100, 1_000_000, 20] * 20
     messages = [(i, bytes([i % 251]) * n) for i, n in enumerate(sizes)]
 
     def receive_all() -> list[tuple[int, bytes]]:
@@ -54,8 +54,8 @@ async def test_a_small_message_does_not_hop_to_the_thread() -> None:
         await asyncio.sleep(0)  # a turn of the loop: the frame is written at its end
     assert [receiver.recv() for _ in range(50)] == [(i, "query", (), {}) for i in range(50)]
     assert hops == 0
-    await sender.send((50, b"x" * (process.INLINE_BYTES + 1)))
-    assert receiver.recv() == (50, b"x" * (process.INLINE_BYTES + 1)) and hops == 1
+    await sender.send((50, b"x" * (framing.INLINE_BYTES + 1)))
+    assert receiver.recv() == (50, b"x" * (framing.INLINE_BYTES + 1)) and hops == 1
     sender.close(wait=True)
     receiver.close()
 
@@ -79,7 +79,7 @@ async def _receive(sender: _Sender, receiver_conn: Connection, messages: list, c
         if len(got) == len(messages):
             all_in.set()
 
-    receiver = process._Receiver(receiver_conn, on_message, on_eof)
+    receiver = framing._Receiver(receiver_conn, on_message, on_eof)
     for m in messages:
         await sender.send(m)
     if close:
@@ -98,7 +98,7 @@ async def test_the_receiver_delivers_every_message_whole_and_in_order_then_eof()
     child must apply an upsert before a delete sent after it)."""
     ours, theirs = socket.socketpair()
     sender = _Sender(Connection(ours.detach()))
-    sizes = [10, process.INLINE_BYTES + 1, 5, 3_000_000, 0, process.INLINE_BYTES, 200_000, 7] * 5
+    sizes = [10, framing.INLINE_BYTES + 1, 5, 3_000_000, 0, framing.INLINE_BYTES, 200_000, 7] * 5
     messages = [(i, "m", bytes([i % 251]) * n) for i, n in enumerate(sizes)]
     got, eofs = await _receive(sender, Connection(theirs.detach()), messages)
     assert got == messages
@@ -114,7 +114,7 @@ async def test_the_receiver_reads_on_the_loop_without_a_thread_for_small_message
         hops += 1
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(process.asyncio, "to_thread", counting)
+    monkeypatch.setattr(framing.asyncio, "to_thread", counting)
     ours, theirs = socket.socketpair()
     sender = _Sender(Connection(ours.detach()))
     messages = [(i, True, [("id", 0.5)] * 10) for i in range(100)]
@@ -137,7 +137,7 @@ async def test_a_frame_split_across_reads_is_put_back_together() -> None:
         got.append(message)
         arrived.set()
 
-    receiver = process._Receiver(Connection(theirs.detach()), on_message, lambda: None)
+    receiver = framing._Receiver(Connection(theirs.detach()), on_message, lambda: None)
     payload = bytes(ForkingPickler.dumps(("split", b"z" * 1000)))
     frame = struct.pack("!i", len(payload)) + payload
     for i in range(len(frame)):
@@ -158,12 +158,12 @@ async def test_messages_arrive_whole_when_the_socket_is_in_non_blocking_mode() -
     ours.setblocking(False)
     theirs.setblocking(False)
     sender = _Sender(Connection(ours.detach()))
-    messages = [(i, "upsert", bytes([i]) * n) for i, n in enumerate([3_000_000, 10, process.INLINE_BYTES * 3, 5] * 3)]
+    messages = [(i, "upsert", bytes([i]) * n) for i, n in enumerate([3_000_000, 10, framing.INLINE_BYTES * 3, 5] * 3)]
     got, eofs = await _receive(sender, Connection(theirs.detach()), messages)
     assert got == messages and eofs == 1
 
 
-@pytest.mark.parametrize("size", [100, process.INLINE_BYTES + 100])
+@pytest.mark.parametrize("size", [100, framing.INLINE_BYTES + 100])
 async def test_a_frame_that_does_not_unpickle_ends_the_pipe_and_nothing_behind_it_is_delivered(size: int) -> None:
     """Inline or in the thread, the same answer: the owner hears of it as the pipe's end, once."""
     ours, theirs = socket.socketpair()
@@ -176,7 +176,7 @@ async def test_a_frame_that_does_not_unpickle_ends_the_pipe_and_nothing_behind_i
         eofs += 1
         ended.set()
 
-    receiver = process._Receiver(Connection(theirs.detach()), got.append, on_eof)
+    receiver = framing._Receiver(Connection(theirs.detach()), got.append, on_eof)
     garbage = b"\x00not a pickle" + b"x" * size
     good = bytes(ForkingPickler.dumps(("after", 1)))
     ours.sendall(struct.pack("!i", len(garbage)) + garbage + struct.pack("!i", len(good)) + good)
@@ -198,7 +198,7 @@ async def test_a_small_write_never_overtakes_one_queued_for_the_thread() -> None
     sender, receiver = _Sender(Connection(ours.detach())), Connection(theirs.detach())
     gate = threading.Event()
     sender._pool.submit(gate.wait)  # the sender's thread, occupied until the gate opens
-    large, small = (0, b"a" * (process.INLINE_BYTES + 1)), (1, b"b" * 20_000)
+    large, small = (0, b"a" * (framing.INLINE_BYTES + 1)), (1, b"b" * 20_000)
     first = asyncio.create_task(sender.send(large))
     await asyncio.sleep(0)  # the task runs up to its await: the large write is queued behind the gate
     assert sender._pool._work_queue.qsize() == 1
@@ -220,7 +220,7 @@ async def test_a_small_write_never_overtakes_one_queued_for_the_thread() -> None
 
 
 def _frame(message: object) -> bytes:
-    data = pickle.dumps(message, process.PROTOCOL)
+    data = pickle.dumps(message, framing.PROTOCOL)
     return struct.pack("!i", len(data)) + data
 
 
@@ -265,7 +265,7 @@ async def test_the_small_messages_of_one_turn_go_out_together_at_its_end() -> No
 async def test_a_large_message_goes_out_after_the_small_ones_sent_before_it() -> None:
     ours, theirs = socket.socketpair()
     sender, receiver = _Sender(Connection(ours.detach())), Connection(theirs.detach())
-    small, large, after = (0, b"s"), (1, b"L" * (process.INLINE_BYTES + 1)), (2, b"t")
+    small, large, after = (0, b"s"), (1, b"L" * (framing.INLINE_BYTES + 1)), (2, b"t")
     await sender.send(small)
     await sender.send(large)  # written from the thread, once the small one is out
     await sender.send(after)
@@ -311,15 +311,15 @@ async def test_a_full_batch_goes_out_at_once_and_the_rest_at_the_end_of_the_turn
     goes on); the next ones wait for the end of the turn."""
     ours, theirs = socket.socketpair()
     sender = _Sender(Connection(ours.detach()))
-    messages = [(i, "query_rows", ("kb",), {"limit": 10}) for i in range(process.BATCH_FRAMES + 2)]
-    for m in messages[:process.BATCH_FRAMES]:
+    messages = [(i, "query_rows", ("kb",), {"limit": 10}) for i in range(framing.BATCH_FRAMES + 2)]
+    for m in messages[:framing.BATCH_FRAMES]:
         await sender.send(m)
-    first = b"".join(_frame(m) for m in messages[:process.BATCH_FRAMES])
+    first = b"".join(_frame(m) for m in messages[:framing.BATCH_FRAMES])
     assert _pending_bytes(theirs) == first
-    for m in messages[process.BATCH_FRAMES:]:
+    for m in messages[framing.BATCH_FRAMES:]:
         await sender.send(m)
     assert _pending_bytes(theirs) == b""
     await asyncio.sleep(0)
-    assert _pending_bytes(theirs) == b"".join(_frame(m) for m in messages[process.BATCH_FRAMES:])
+    assert _pending_bytes(theirs) == b"".join(_frame(m) for m in messages[framing.BATCH_FRAMES:])
     sender.close(wait=True)
     theirs.close()

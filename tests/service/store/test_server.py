@@ -7,7 +7,7 @@ from __future__ import annotations
 from qdrant_client import AsyncQdrantClient
 
 from service.sparse.config import SparseConfig, SparseStats
-from service.store.server import ServerStore
+from service.store.qdrant_server import ServerStore
 from tests.support.lease_clock import ManualClock
 
 TTL_S = 10.0

@@ -19,7 +19,7 @@ import pytest
 
 from service.config import Settings
 from service.store.errors import StoreError, StoreFull, StoreTimeout
-from service.store.server import ServerStore, open_client
+from service.store.qdrant_server import ServerStore, open_client
 from service.store.types import Chunk
 from tests.support.app import app_client
 

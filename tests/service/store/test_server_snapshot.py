@@ -18,8 +18,8 @@ from service import cli
 from service.sparse.config import SparseConfig, SparseStats
 from service.store import server_snapshots, snapshots
 from service.store.errors import CollectionNotFound, StoreError
+from service.store.qdrant_server import ServerStore
 from service.store.qdrant_snapshots import SnapshotApi
-from service.store.server import ServerStore
 from service.store.server_snapshots import CollectionsExist, ShardsElsewhere
 from service.store.snapshots import SnapshotError
 from service.store.types import Chunk

@@ -19,7 +19,7 @@ from service.store import snapshots
 from service.store.edge import EdgeStore
 from service.store.errors import CollectionNotFound
 from service.store.layout import MARKER
-from service.store.process import ProcessStore
+from service.store.proxy import ProcessStore
 from service.store.snapshots import RestoreTargetNotEmpty, SnapshotError
 from service.store.types import Chunk, SparseVector
 from tests.support.snapshots import sealed_snapshot

@@ -20,10 +20,11 @@ from qdrant_client import AsyncQdrantClient
 from service.profiles import EmbeddingModel
 from service.sparse.config import SparseConfig, SparseStats
 from service.store.base import VectorStore
-from service.store.edge import EdgeStore, optimize_collection
+from service.store.edge import EdgeStore
+from service.store.edge_optimize import optimize_collection
 from service.store.errors import CollectionNotFound
-from service.store.process import ProcessStore
-from service.store.server import ServerStore
+from service.store.proxy import ProcessStore
+from service.store.qdrant_server import ServerStore
 from service.store.types import Chunk, SparseVector
 from service.transfer.errors import ExportCorrupt, ExportTruncated, ImportConflict, InvalidExport
 from service.transfer.exporter import start_export

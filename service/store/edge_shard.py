@@ -1,0 +1,133 @@
+"""One Qdrant Edge shard per collection: its config, and the engine calls that create, fill, index and drop it.
+The functions run in the store's thread pool (plain functions: no event-loop state)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import qdrant_edge as qe
+
+from service.store.atomic import write_json as _write_json
+from service.store.edge_convert import to_edge
+from service.store.types import (
+    DENSE,
+    INTERNAL_INDEXES,
+    SPARSE,
+    TENANT,
+    Chunk,
+    CollectionInfo,
+    Filter,
+    SparseVector,
+)
+
+FIELD_TYPES = {
+    "keyword": qe.PayloadSchemaType.Keyword,
+    "integer": qe.PayloadSchemaType.Integer,
+    "float": qe.PayloadSchemaType.Float,
+    "bool": qe.PayloadSchemaType.Bool,
+    "datetime": qe.PayloadSchemaType.Datetime,
+    "text": qe.PayloadSchemaType.Text,
+}
+
+
+@dataclass
+class _Collection:
+    info: CollectionInfo
+    shard: qe.EdgeShard
+    folder: Path
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    closed: bool = False
+    tenant_fields: set[str] = field(default_factory=set)
+    """Fields known to have their ``is_tenant`` index (read from the shard on first use)."""
+
+
+def _create_shard(folder: Path, info: CollectionInfo, search_threads: int) -> qe.EdgeShard:
+    if folder.exists():  # an earlier create that never wrote collection.json: ours, and empty of meaning
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    shard = qe.EdgeShard.create(str(folder / "shard"), _config(info.dimensions, info.sparse is not None,
+                                                               search_threads=search_threads))
+    indexes = {**INTERNAL_INDEXES, **{f"metadata.{k}": v for k, v in info.filter_fields.items()}}
+    for key, kind in indexes.items():
+        shard.update(qe.UpdateOperation.create_field_index(key, FIELD_TYPES[kind]))
+    shard.flush()
+    _write_json(folder / "collection.json", {"dimensions": info.dimensions, **info.metadata()})
+    return shard
+
+
+def _idf_params(corpus: Filter | None) -> qe.SearchParams:
+    # IDF over the live points: by default the engine counts deleted points until a vacuum rewrites the
+    # segment (and Edge has no background optimizer), so a deleted document would skew BM25 forever. A
+    # tenant's query counts its own tenant's points only (its ranking owes nothing to other tenants' data).
+    live: list[Any] = [qe.HasVectorCondition(SPARSE)]
+    if corpus is not None:
+        live.append(to_edge(corpus))
+    return qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter(must=live)))
+
+
+def _tenant_index(shard: qe.EdgeShard, field: str) -> None:
+    schema = shard.info().payload_schema
+    if f"metadata.{field}" not in schema or not getattr(schema[f"metadata.{field}"].params, "is_tenant", False):
+        shard.update(qe.UpdateOperation.create_field_index(f"metadata.{field}", qe.KeywordIndexParams(is_tenant=True)))
+    if TENANT not in schema:
+        shard.update(qe.UpdateOperation.create_field_index(TENANT, FIELD_TYPES["keyword"]))
+
+
+def search_pool_size(cores: int | None = None) -> int:
+    """The engine's search pool per collection where the settings leave it to ragserve: 1 on a host of up to 4
+    cores, else one thread per core.
+
+    With a pool of 1 the engine searches on the calling thread. The store's engine calls hold its GIL, so its
+    searches run one at a time and only a search's own segments could run in parallel; on a small host the
+    API, the runners and the store already share the cores, and a pool's threads mostly wake and wait for each
+    other. Measured on 2 cores (``python -m tests.bench.bench_store_threads``): the engine's default pool (8
+    threads) spent 3.6x the CPU of one thread on 500 points of 1024 dimensions, 2.3x on 2,000 of 384, and took
+    longer as well. Above 4 cores (not measured here) a large collection's segments are searched in parallel."""
+    cores = cores or os.cpu_count() or 1
+    return 1 if cores <= 4 else cores
+
+
+def _config(dimensions: int, sparse: bool, optimizers: qe.EdgeOptimizersConfig | None = None, *,
+            int8: bool = False, search_threads: int | None = None) -> qe.EdgeConfig:
+    """The shard's config. On a load, what is left ``None`` keeps what the shard has stored (so a collection once
+    set to int8 stays int8); ``int8`` sets scalar quantization, its int8 copy kept in RAM, with ``m=0``: no HNSW
+    graph, so ``optimize`` builds only the quantized copy and a dense search is a full scan over it, rescored with
+    the float vectors (the variant measured in docs/store-benchmark.md)."""
+    return qe.EdgeConfig(
+        vectors={DENSE: qe.EdgeVectorParams(size=dimensions, distance=qe.Distance.Cosine)},
+        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)} if sparse else None,
+        optimizers=optimizers,
+        hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000) if int8 else None,
+        quantization_config=(qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, memory=qe.Memory.Pinned)
+                             if int8 else None),
+        max_search_threads=search_threads,
+    )
+
+
+def _upsert(shard: qe.EdgeShard, name: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
+            sparse: Sequence[SparseVector | None] | None) -> None:
+    points = []
+    for i, (c, v) in enumerate(zip(chunks, vectors, strict=True)):
+        vector: dict[str, Any] = {DENSE: list(v)}
+        s = sparse[i] if sparse is not None else None
+        if s is not None:
+            vector[SPARSE] = qe.SparseVector(list(s.indices), list(s.values))
+        points.append(qe.Point(c.id_in(name), vector, c.payload()))
+    shard.update(qe.UpdateOperation.upsert_points(points))
+
+
+def _flush_and_close(shard: qe.EdgeShard) -> None:
+    shard.flush()
+    shard.close()
+
+
+def _drop(coll: _Collection) -> None:
+    coll.shard.close()
+    (coll.folder / "collection.json").unlink(missing_ok=True)  # first: a half-deleted folder is ignored
+    shutil.rmtree(coll.folder, ignore_errors=True)
