@@ -35,7 +35,6 @@ from indexer.queue import MAX_ERRORS, Job, JobCancelled, JobFailed, JobQueue
 from indexer.sources import SourceError, path_entries, read_file
 from indexer.spec import IngestSpec, PathSource, UploadSource, default_source_name
 from indexer.vision import JobBudget, Vision
-from service.clients.embeddings import EmbeddingClient
 from service.config import Settings
 from service.documents.normalisation import SparseNormaliser
 from service.documents.writer import content_hash
@@ -45,6 +44,7 @@ from service.observability.tracing import stage
 from service.store.base import VectorStore
 from service.store.tenancy import Tenant, write_scope
 from service.store.types import Chunk, CollectionInfo, DocState
+from service.upstream.embeddings import EmbeddingClient
 
 log = logging.getLogger("ragserve.indexer")
 ChunkerFactory = Callable[[int | None, int], Chunker]

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 from indexer.queue import JobQueue
 from indexer.queue_factory import open_queue
-from service.clients.embeddings import EmbeddingClient
-from service.clients.factory import embedding_client, generation_client
-from service.clients.generation import GenerationClient
 from service.config import Settings
 from service.profiles import get_profile
 from service.security.fetch import SafeFetcher
 from service.store.base import VectorStore
 from service.store.factory import open_store
+from service.upstream.embeddings import EmbeddingClient
+from service.upstream.factory import embedding_client, generation_client
+from service.upstream.generation import GenerationClient
 
 
 @dataclass

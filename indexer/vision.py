@@ -29,12 +29,12 @@ from dataclasses import dataclass
 
 from indexer.documents import ParsedDocument, Section
 from indexer.pictures import PictureRef, PictureTooLarge, pictures
-from service.clients.generation import GenerationClient
 from service.config import MediaSettings, Settings, VisionSettings
 from service.errors import RagserveError
 from service.generation.describe import ImageDescriber
 from service.media.errors import UnsupportedImageFormat
 from service.media.images import ImageLimits, PreparedImage, prepare_image
+from service.upstream.generation import GenerationClient
 
 log = logging.getLogger("ragserve.indexer")
 EMBEDDED_FORMATS = frozenset({"pdf", "docx", "pptx"})

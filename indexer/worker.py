@@ -24,12 +24,12 @@ from indexer.queue import Job, JobCancelled, JobFailed, JobQueue, LeaseLost
 from indexer.sources import SourceError
 from indexer.tokenizer import load_tokenizer, tokenizer_source
 from indexer.vision import vision_from_settings
-from service.clients.embeddings import EmbeddingClient
-from service.clients.generation import GenerationClient
 from service.config import Settings
 from service.errors import RagserveError
 from service.security.fetch import SafeFetcher
 from service.store.base import VectorStore
+from service.upstream.embeddings import EmbeddingClient
+from service.upstream.generation import GenerationClient
 
 log = logging.getLogger("ragserve.worker")
 

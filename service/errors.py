@@ -12,7 +12,7 @@ Hierarchy::
     ├── Conflict (409)
     ├── Overloaded (429, Retry-After)
     ├── InsufficientStorage (507)    the data disk is full (uploads, the job queue); the store has StoreFull
-    └── UpstreamError (502)          see ``service.clients.errors``: unavailable 503, timeout 504 ...
+    └── UpstreamError (502)          see ``service.upstream.errors``: unavailable 503, timeout 504 ...
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 SLOW_GATE_S = 60.0
 SLOW_GATE_ALLOWED = {
     "tests/faults/test_runner_crash.py": "waits for a killed vLLM runner to be restarted (minutes on busy cores)",
-    "tests/service/clients/test_pool_minilm.py": "waits for a killed vLLM replica to be restarted",
+    "tests/service/upstream/test_pool_minilm.py": "waits for a killed vLLM replica to be restarted",
     "tests/faults/test_full_disk.py": "an ingest job on a full then freed disk, and a restart of the app",
     "tests/faults/test_api_process_kill.py": "a real serve --workers 2 under load, one API process killed and "
     "started again by uvicorn, the worker's lock taken over after a poll, an ingest job",

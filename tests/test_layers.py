@@ -161,7 +161,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("ground floor: imports nothing of ragserve", frozenset({
         "config", "errors", "clock", "profiles", "sparse", "client"})),
     ("edges: the processes and the network ragserve talks to", frozenset({
-        "deadline", "security", "runners", "store", "clients", "media"})),
+        "deadline", "security", "runners", "store", "upstream", "media"})),
     ("domain: the use cases", frozenset({
         "auth", "documents", "json_types", "observability", "transfer", "search", "context", "generation",
         "indexer", "evaluation"})),

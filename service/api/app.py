@@ -36,10 +36,6 @@ from service.api.routes import (
 )
 from service.api.state import Services
 from service.auth.keyring import KeyConfigError, keyring_from_settings
-from service.clients.embeddings import EmbeddingClient
-from service.clients.factory import Transports, embedding_client, generation_client, rerank_client
-from service.clients.generation import GenerationClient
-from service.clients.rerank import RerankClient
 from service.config import Settings
 from service.context.rewrite import QueryRewriter
 from service.context.service import ContextService
@@ -56,6 +52,10 @@ from service.search.service import SearchService
 from service.security.fetch import Resolver, SafeFetcher
 from service.store.factory import open_store
 from service.store.types import Fusion
+from service.upstream.embeddings import EmbeddingClient
+from service.upstream.factory import Transports, embedding_client, generation_client, rerank_client
+from service.upstream.generation import GenerationClient
+from service.upstream.rerank import RerankClient
 
 
 async def build_services(

@@ -14,8 +14,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from service.api.json_body import BodyError
 from service.api.schemas.common import ERROR_CODES
 from service.api.schemas.errors import ErrorBody, ErrorResponse
-from service.clients.errors import UpstreamError
 from service.errors import InsufficientStorage, RagserveError, is_disk_full
+from service.upstream.errors import UpstreamError
 
 log = logging.getLogger("ragserve.api")
 

@@ -7,9 +7,6 @@ from dataclasses import dataclass, field
 
 from indexer.queue import JobQueue
 from service.api.metrics import Metrics
-from service.clients.embeddings import EmbeddingClient
-from service.clients.generation import GenerationClient
-from service.clients.rerank import RerankClient
 from service.config import Settings
 from service.context.service import ContextService
 from service.documents.writer import DocumentWriter
@@ -21,6 +18,9 @@ from service.search.service import SearchService
 from service.security.fetch import SafeFetcher
 from service.store.base import VectorStore
 from service.transfer.importer import Importer
+from service.upstream.embeddings import EmbeddingClient
+from service.upstream.generation import GenerationClient
+from service.upstream.rerank import RerankClient
 
 
 @dataclass

@@ -219,7 +219,7 @@ def cmd_snapshot(args: argparse.Namespace) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> None:
     from service.evaluation.dataset import BeirDataset
-    from service.evaluation.runner import evaluate_service, format_table
+    from service.evaluation.run import evaluate_service, format_table
 
     url, key = api_location(args)
     if args.context:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from service.clients.generation import GenerationClient
 from service.errors import RagserveError
+from service.upstream.generation import GenerationClient
 
 REWRITE_PROMPT_VERSION = 1
 REWRITE_SYSTEM_PROMPT = (

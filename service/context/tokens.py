@@ -16,9 +16,9 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from service.clients.errors import UpstreamError
-from service.clients.runner import RunnerClient
 from service.errors import InvalidInput, RagserveError
+from service.upstream.errors import UpstreamError
+from service.upstream.runner import RunnerClient
 
 
 class TokenizerUnavailable(RagserveError):

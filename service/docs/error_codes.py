@@ -19,7 +19,7 @@ from pathlib import Path
 from service.docs.markdown import REPO_ROOT
 from service.errors import RagserveError
 
-ERROR_MODULES = ("service.errors", "service.clients.errors", "service.store.errors", "service.media.errors",
+ERROR_MODULES = ("service.errors", "service.upstream.errors", "service.store.errors", "service.media.errors",
                  "service.security.errors", "service.transfer.errors")
 SCANNED = ("service", "indexer")
 SKIPPED = ("service/client", "service/docs")

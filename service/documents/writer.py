@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.clients.embeddings import EmbeddingClient
 from service.config import Limits
 from service.documents.normalisation import SparseNormaliser
 from service.errors import InvalidInput, PayloadTooLarge
 from service.store.base import VectorStore
 from service.store.tenancy import Tenant, write_scope
 from service.store.types import Chunk
+from service.upstream.embeddings import EmbeddingClient
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from qdrant_client.hybrid.fusion import distribution_based_score_fusion, recipro
 from service.client import AsyncClient, InvalidRequest, SearchHit
 from service.evaluation.dataset import BeirDataset
 from service.evaluation.metrics import evaluate
-from service.evaluation.runner import ensure_indexed
+from service.evaluation.run import ensure_indexed
 
 RRF_K = (2, 10, 20, 40, 60, 100)
 WEIGHTS = ((1.0, 1.0), (1.0, 1.5), (1.5, 1.0), (1.0, 2.0), (2.0, 1.0), (1.0, 3.0), (3.0, 1.0))

@@ -22,7 +22,6 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.clients.generation import GenerationClient
 from service.config import Settings
 from service.context.service import ContextRequest, ContextService, Turn
 from service.errors import InvalidInput, RagserveError
@@ -34,6 +33,7 @@ from service.media.service import ImageInput, MediaService
 from service.observability.tracing import stage, tracer
 from service.search.retrieval import Params
 from service.store.tenancy import Tenant
+from service.upstream.generation import GenerationClient
 
 StageObserver = Callable[[str, float], None]
 CHAT_PARAMS = Params(query="messages", top_k="ragserve.top_k", rerank_candidates="ragserve.rerank_candidates")

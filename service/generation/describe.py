@@ -1,7 +1,7 @@
 """Describe one picture with the generator: the text it shows, transcribed, then what the figure is.
 
 The indexer's describer (:mod:`indexer.vision`) calls this once per picture. Each call is a bulk-lane request
-(:meth:`~service.clients.generation.GenerationClient.complete_bulk`): a job describing hundreds of pictures
+(:meth:`~service.upstream.generation.GenerationClient.complete_bulk`): a job describing hundreds of pictures
 keeps at most ``bulk_max_inflight`` of them at the runner, so a chat's time to first token does not wait behind
 the job. It is routed by the prompt prefix like chat (the fixed system prompt, then the picture), so a
 picture met again goes to the replica that has it cached. Greedy decoding with a bounded answer: the same
@@ -10,10 +10,10 @@ picture gives the same description, and the call is safe to retry inside its dea
 
 from __future__ import annotations
 
-from service.clients.errors import UpstreamError
-from service.clients.generation import GenerationClient
 from service.generation.prompts import DESCRIBE_PROMPT_VERSION, describe_messages
 from service.media.images import PreparedImage
+from service.upstream.errors import UpstreamError
+from service.upstream.generation import GenerationClient
 
 
 class ImageDescriber:
@@ -29,7 +29,7 @@ class ImageDescriber:
 
     async def describe(self, image: PreparedImage) -> str:
         """The description, whitespace tidied; raises an :class:`UpstreamError` (a timeout is
-        :class:`~service.clients.errors.UpstreamTimeout`) or :class:`~service.errors.Overloaded` when no bulk
+        :class:`~service.upstream.errors.UpstreamTimeout`) or :class:`~service.errors.Overloaded` when no bulk
         slot came free within the deadline."""
         body = {
             "model": self.generator.model.name,

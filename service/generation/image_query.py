@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.clients.errors import UpstreamError
-from service.clients.generation import GenerationClient
 from service.generation.prompts import image_query_messages
 from service.media.images import PreparedImage
+from service.upstream.errors import UpstreamError
+from service.upstream.generation import GenerationClient
 
 
 @dataclass(frozen=True)

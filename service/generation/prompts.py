@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from service.clients.affinity import QUESTION_SEPARATOR
+from service.upstream.affinity import QUESTION_SEPARATOR
 
 GROUNDED_SYSTEM_PROMPT = (
     "You answer questions using only the numbered context passages given with the question. "

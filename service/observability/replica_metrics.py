@@ -21,7 +21,7 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from service.clients.replica import ReplicaStats
+from service.upstream.replica import ReplicaStats
 
 ERROR_KINDS = ("connect", "lost", "timeout", "status", "health")
 

@@ -12,8 +12,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from service.clients.embeddings import EmbeddingClient
-from service.clients.rerank import RerankClient
 from service.errors import BadRequest, Conflict
 from service.observability.tracing import stage
 from service.search.query_cache import QueryEmbeddingCache, QueryKey
@@ -22,6 +20,8 @@ from service.store.base import VectorStore
 from service.store.errors import CollectionImporting
 from service.store.tenancy import Tenant, read_scope
 from service.store.types import Filter, Fusion, Hit, SparseVector, both
+from service.upstream.embeddings import EmbeddingClient
+from service.upstream.rerank import RerankClient
 
 DEFAULT_RERANK_CANDIDATES = 30
 StageObserver = Callable[[str, float], None]

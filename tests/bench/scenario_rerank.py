@@ -12,7 +12,7 @@ before the clock starts: a stricter reference). Over-window documents run at ``w
 that fails is counted per path, not fatal; ragserve runs with a rerank deadline of ``rerank_timeout_s`` (120 s,
 the default 30 s is shorter than 100 long candidates take on these cores).
 
-Found on the way, and fixed in ``service/clients/rerank.py``: a document longer than the window was refused by
+Found on the way, and fixed in ``service/upstream/rerank.py``: a document longer than the window was refused by
 ``/v1/rerank`` (the runner's 400, answered as 422 ``upstream_rejected_input``), while ``/v1/search``'s rerank
 stage sent ``truncate_prompt_tokens``, which a vLLM pooling runner applies to the end of the whole prompt: it
 cut the document's tail *and* the template's closing ``<|im_end|>\n<|im_start|>assistant\n<think>...`` turn,
@@ -72,7 +72,7 @@ def fit(runner: httpx.Client, model: str, texts: list[str], limit: int) -> tuple
 
 def doc_budget(runner: httpx.Client, model: str, query: str, window: int) -> int:
     """The ``max_tokens_per_doc`` ragserve sends for ``query`` (``RerankClient.fit``), for the runner's path."""
-    from service.clients.rerank import CUT_MARGIN_TOKENS
+    from service.upstream.rerank import CUT_MARGIN_TOKENS
 
     count = runner.post("/tokenize", json={
         "model": model, "add_special_tokens": True, "chat_template_kwargs": {"instruction": QWEN3_RERANK_INSTRUCTION},

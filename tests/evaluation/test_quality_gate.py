@@ -40,7 +40,7 @@ from service.client import AsyncClient
 from service.config import Settings
 from service.evaluation.dataset import BeirDataset
 from service.evaluation.metrics import evaluate
-from service.evaluation.runner import run_queries
+from service.evaluation.run import run_queries
 from tests.evaluation import quality_reference as ref
 from tests.evaluation.quality_slice import OUT, SCIFACT, content_hash
 from tests.support.app import API_KEY

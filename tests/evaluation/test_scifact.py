@@ -25,7 +25,7 @@ import pytest
 
 from service.config import Settings
 from service.evaluation.dataset import BeirDataset
-from service.evaluation.runner import evaluate_service
+from service.evaluation.run import evaluate_service
 from tests.support.app import API_KEY
 from tests.support.server import live_server
 

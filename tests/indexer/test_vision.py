@@ -223,8 +223,8 @@ async def test_embedded_pictures_are_described_only_when_the_setting_is_on(tmp_p
 
 def test_auto_describes_with_a_generator_on_insists_on_one_off_never(tmp_path: Path) -> None:
     from indexer.vision import vision_from_settings
-    from service.clients.factory import generation_client
     from service.profiles import get_profile
+    from service.upstream.factory import generation_client
 
     with_generator = _settings(tmp_path)
     generator = generation_client(with_generator, get_profile(with_generator.profile))

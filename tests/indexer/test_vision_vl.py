@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from service.clients.generation import GenerationClient
 from service.config import Settings
 from service.generation.prompts import DESCRIBE_INSTRUCTION, DESCRIBE_SYSTEM_PROMPT
 from service.profiles import QWEN3
+from service.upstream.generation import GenerationClient
 from tests.support.app import app_client, wait_for_job
 from tests.support.images import raster
 from tests.support.recording import RecordingTransport

@@ -11,8 +11,8 @@ from service.api.deps import ApiKey, ServicesDep
 from service.api.json_body import JsonRoute
 from service.api.schemas.embeddings import EmbeddingsRequest, EmbeddingsResponse
 from service.api.schemas.errors import error_responses
-from service.clients.errors import UpstreamError
 from service.errors import InvalidInput, PayloadTooLarge
+from service.upstream.errors import UpstreamError
 
 router = APIRouter(prefix="/v1", tags=["runners"], dependencies=[ApiKey], responses=error_responses(502),
                    route_class=JsonRoute)

@@ -24,9 +24,9 @@ from service.api.schemas.rerank import (
     RerankV2Response,
 )
 from service.api.state import Services
-from service.clients.rerank import Ranking, RerankClient
 from service.errors import BadRequest, PayloadTooLarge
 from service.observability.context import current
+from service.upstream.rerank import Ranking, RerankClient
 
 router = APIRouter(tags=["runners"], dependencies=[ApiKey], responses=error_responses(502), route_class=JsonRoute)
 

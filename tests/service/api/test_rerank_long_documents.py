@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from service.clients.factory import rerank_client
 from service.config import Settings
 from service.profiles import QWEN3
+from service.upstream.factory import rerank_client
 from tests.support.app import app_client
 from tests.support.recording import RecordingTransport
 from tests.support.runners import RunnerURLs

@@ -12,13 +12,13 @@ from typing import Any
 import httpx
 import pytest
 
-from service.clients.errors import UpstreamTimeout
-from service.clients.generation import GenerationClient
-from service.clients.runner import RunnerClient
 from service.generation.describe import ImageDescriber
 from service.generation.prompts import DESCRIBE_INSTRUCTION, DESCRIBE_SYSTEM_PROMPT
 from service.media.images import ImageLimits, PreparedImage, prepare_image
 from service.profiles import GeneratorModel
+from service.upstream.errors import UpstreamTimeout
+from service.upstream.generation import GenerationClient
+from service.upstream.runner import RunnerClient
 from tests.support.images import noise_png
 
 MODEL = GeneratorModel(name="tiny-vl", max_tokens=4096)

@@ -24,11 +24,11 @@ import httpx
 import numpy as np
 import pytest
 
-from service.clients.embeddings import EmbeddingClient
-from service.clients.runner import RunnerClient
 from service.config import Settings
 from service.profiles import MINILM
 from service.runners.launcher import RunnerProcess, runner_specs, running
+from service.upstream.embeddings import EmbeddingClient
+from service.upstream.runner import RunnerClient
 from tests.support.runners import TEST_CPU_PLAN, RunnerURLs, counted_start, free_port
 from tests.support.supervised import answering
 from tests.support.tiers import patient

@@ -7,13 +7,13 @@ from collections.abc import Mapping
 
 import httpx
 
-from service.clients.embeddings import EmbeddingClient
-from service.clients.generation import GenerationClient
-from service.clients.rerank import RerankClient
-from service.clients.runner import RunnerClient
 from service.config import Settings
 from service.profiles import Profile, resolve_generator
 from service.security.fetch import Resolver
+from service.upstream.embeddings import EmbeddingClient
+from service.upstream.generation import GenerationClient
+from service.upstream.rerank import RerankClient
+from service.upstream.runner import RunnerClient
 
 Transports = Mapping[str, httpx.AsyncBaseTransport]
 """Tests only: a runner's network edge replaced (``httpx.MockTransport``), by runner name."""

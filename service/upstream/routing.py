@@ -25,7 +25,7 @@ import hashlib
 import math
 from collections.abc import Iterable, Sequence
 
-from service.clients.replica import Replica
+from service.upstream.replica import Replica
 
 VIRTUAL_NODES = 64
 

@@ -14,15 +14,15 @@ from typing import Any
 import httpx
 import pytest
 
-from service.clients.errors import (
+from service.errors import Overloaded
+from service.upstream.errors import (
     UpstreamError,
     UpstreamOverloaded,
     UpstreamRejected,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from service.clients.runner import RunnerClient
-from service.errors import Overloaded
+from service.upstream.runner import RunnerClient
 from tests.support.clock import ManualClock, settle
 
 

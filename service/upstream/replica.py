@@ -1,6 +1,6 @@
 """One replica of a runner: its address, its breaker, and what this process sent it.
 
-A replica is one vLLM server (a pod, or a process on a port). Its :class:`~service.clients.breaker.Breaker`
+A replica is one vLLM server (a pod, or a process on a port). Its :class:`~service.upstream.breaker.Breaker`
 takes it out after ``breaker_threshold`` connection failures in a row (requests or health checks) and lets
 it back in, one trial request at a time, once its ``/health`` answers. The counters are this process's view:
 requests in flight now, requests routed to it, errors by kind; they feed the per-replica Prometheus metrics
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from service.clients.breaker import Breaker, State
 from service.clock import SYSTEM, Clock
+from service.upstream.breaker import Breaker, State
 
 ErrorKind = str
 """``connect`` (no connection), ``lost`` (dropped mid-request), ``timeout``, ``status`` (429/5xx), ``health``."""

@@ -4,7 +4,7 @@ The model a request names picks what answers it: the base model (its served name
 the LoRA adapters the runner was started with (``--lora-modules name=path``). Adapters are declared at
 start-up only; ragserve never asks vLLM to load one at run time.
 
-Every request is routed by its prompt prefix (:mod:`service.clients.affinity`): with several generator
+Every request is routed by its prompt prefix (:mod:`service.upstream.affinity`): with several generator
 replicas, the same system prompt, image and context keep landing on the replica whose prefix cache holds them.
 """
 
@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from service.clients.affinity import prefix_key
-from service.clients.errors import UpstreamError
-from service.clients.runner import RunnerClient
 from service.errors import NotFound
 from service.profiles import GeneratorModel
+from service.upstream.affinity import prefix_key
+from service.upstream.errors import UpstreamError
+from service.upstream.runner import RunnerClient
 
 
 class GenerationClient:

@@ -11,10 +11,10 @@ import httpx
 import numpy as np
 import pytest
 
-from service.clients.embeddings import EmbeddingClient
-from service.clients.errors import UpstreamError, UpstreamRejected
-from service.clients.runner import RunnerClient
 from service.profiles import MINILM
+from service.upstream.embeddings import EmbeddingClient
+from service.upstream.errors import UpstreamError, UpstreamRejected
+from service.upstream.runner import RunnerClient
 
 
 def client(handler) -> EmbeddingClient:  # type: ignore[no-untyped-def]

@@ -1,8 +1,8 @@
 """A runner's replicas: who they are now, which are up, and which one a call goes to next.
 
-The pool holds one :class:`~service.clients.replica.Replica` per address its setting names
-(:mod:`service.config.targets`, :mod:`service.clients.discovery`) and offers them to a call in routing order
-(:mod:`service.clients.routing`), skipping what a replica's breaker does not admit.
+The pool holds one :class:`~service.upstream.replica.Replica` per address its setting names
+(:mod:`service.config.targets`, :mod:`service.upstream.discovery`) and offers them to a call in routing order
+(:mod:`service.upstream.routing`), skipping what a replica's breaker does not admit.
 
 A pool of several replicas, or one behind a ``dns+`` name, keeps itself current in a background task started
 by its first call: every ``dns_refresh_s`` it resolves the names again (replicas come and go with the
@@ -22,13 +22,13 @@ from contextlib import suppress
 
 import httpx
 
-from service.clients.discovery import Discovery
-from service.clients.replica import Replica, ReplicaStats
-from service.clients.routing import HashRing, by_affinity, fewest_in_flight, last_if_tried
 from service.clock import SYSTEM, Clock
 from service.config.targets import Target
 from service.deadline import Deadline
 from service.security.fetch import Resolver
+from service.upstream.discovery import Discovery
+from service.upstream.replica import Replica, ReplicaStats
+from service.upstream.routing import HashRing, by_affinity, fewest_in_flight, last_if_tried
 
 log = logging.getLogger("ragserve.runners")
 

@@ -1,4 +1,4 @@
-"""A runner call sent through the transport directly (:mod:`service.clients.direct`) is the call the client sent:
+"""A runner call sent through the transport directly (:mod:`service.upstream.direct`) is the call the client sent:
 the same request on the wire, and the client's own path wherever it would do more (a proxy, basic auth,
 cookies, a closed client)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from service.clients.direct import env_proxied, runner_http
+from service.upstream.direct import env_proxied, runner_http
 
 TIMEOUT = httpx.Timeout(4.0, connect=2.0)
 LIMITS = httpx.Limits(max_connections=4, max_keepalive_connections=4)

@@ -7,9 +7,9 @@ import ipaddress
 
 import pytest
 
-from service.clients.discovery import Discovery
 from service.config.targets import parse_targets
 from service.security.addresses import IPAddress
+from service.upstream.discovery import Discovery
 from tests.support.clock import ManualClock
 
 

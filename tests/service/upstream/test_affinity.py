@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from service.clients.affinity import prefix_key
 from service.generation.prompts import grounded_messages, image_query_messages
+from service.upstream.affinity import prefix_key
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
 OTHER_IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,BBBB"}}

@@ -1,7 +1,7 @@
 """One HTTP connection pool to one vLLM runner: two lanes of slots, one deadline per call, retries with
 exponential backoff, and a breaker that notices a runner is down.
 
-Each call runs in a lane (:mod:`service.clients.lanes`): ``query`` or ``bulk``. Each call has one deadline
+Each call runs in a lane (:mod:`service.upstream.lanes`): ``query`` or ``bulk``. Each call has one deadline
 (:mod:`service.deadline`), its timeout, that every wait draws on: the slot, each attempt, each
 backoff. Retry policy, inside that deadline:
 
@@ -14,11 +14,11 @@ backoff. Retry policy, inside that deadline:
   retries connection failures and waits out a runner that is down for as long as its deadline allows, so an
   indexing job waits for a runner to come back while an HTTP caller hears 503 at once.
 
-A runner is a pool of replicas (:mod:`service.clients.pool`): one URL, several, or a ``dns+`` name that
-resolves to several. Each attempt goes to the replica the routing picks (:mod:`service.clients.routing`):
+A runner is a pool of replicas (:mod:`service.upstream.pool`): one URL, several, or a ``dns+`` name that
+resolves to several. Each attempt goes to the replica the routing picks (:mod:`service.upstream.routing`):
 fewest in flight, or, for a call with an ``affinity`` key (chat: its prompt prefix), the key's replica on a
 hash ring. A replica that fails ``breaker_threshold`` connections in a row is taken out
-(:mod:`service.clients.breaker`, one per replica) until its ``/health`` answers again. A retryable failure
+(:mod:`service.upstream.breaker`, one per replica) until its ``/health`` answers again. A retryable failure
 is retried at once on a replica this call has not tried, while there is one that is serving (no backoff:
 another server owes nothing to this one's trouble); only then do the backoff and the ``retries`` count apply.
 All of it stays inside the call's one deadline. When no replica is serving, queries answer 503 with
@@ -36,21 +36,21 @@ from typing import Any
 
 import httpx
 
-from service.clients.direct import runner_http
-from service.clients.errors import (
+from service.clock import SYSTEM, Clock
+from service.config.targets import parse_targets
+from service.deadline import Deadline
+from service.security.fetch import Resolver
+from service.upstream.direct import runner_http
+from service.upstream.errors import (
     UpstreamError,
     UpstreamOverloaded,
     UpstreamRejected,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from service.clients.lanes import Lane, Lanes
-from service.clients.pool import ReplicaPool
-from service.clients.replica import Replica, ReplicaStats
-from service.clock import SYSTEM, Clock
-from service.config.targets import parse_targets
-from service.deadline import Deadline
-from service.security.fetch import Resolver
+from service.upstream.lanes import Lane, Lanes
+from service.upstream.pool import ReplicaPool
+from service.upstream.replica import Replica, ReplicaStats
 
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
 MAX_RETRY_AFTER_S = 5.0

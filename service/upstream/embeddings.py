@@ -6,7 +6,7 @@ documents are sent as they are. Inputs longer than the model's window are trunca
 is the other choice, for the OpenAI route's ``truncate: NONE``.
 
 Queries (and the passthrough) travel in the runner client's ``query`` lane; documents in the ``bulk`` lane, so
-indexing never makes a search wait for a slot (:mod:`service.clients.lanes`).
+indexing never makes a search wait for a slot (:mod:`service.upstream.lanes`).
 
 Vectors travel as base64 float32 (``encoding_format: base64``): the same bytes the runner computed, a
 quarter of the JSON text, and decoded by numpy instead of parsed number by number on the event loop (a
@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from service.clients.errors import UpstreamError, UpstreamRejected
-from service.clients.lanes import Lane
-from service.clients.runner import RunnerClient
 from service.errors import InvalidInput
 from service.profiles import EmbeddingModel
+from service.upstream.errors import UpstreamError, UpstreamRejected
+from service.upstream.lanes import Lane
+from service.upstream.runner import RunnerClient
 
 Query = tuple[str, "asyncio.Future[list[float]]"]
 """A query's text, as the runner gets it, and its caller's future."""

@@ -10,7 +10,7 @@ and the retrieved context, and the question last. The key is a digest of everyth
   context (a plain proxied turn has no separator; its text is the new question and is left out).
 
 Requests that share that prefix share a key, and the pool's hash ring sends them to the same replica
-(:mod:`service.clients.routing`). A prompt with nothing before its question has no key (None): any replica
+(:mod:`service.upstream.routing`). A prompt with nothing before its question has no key (None): any replica
 serves it as well as another, so it goes to the one with the fewest requests in flight.
 """
 

@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.clients.errors import UpstreamError
-from service.clients.runner import RunnerClient
 from service.errors import InvalidInput
 from service.profiles import RerankerModel
+from service.upstream.errors import UpstreamError
+from service.upstream.runner import RunnerClient
 
 CUT_MARGIN_TOKENS = 8
 """Tokens left free under the window when documents are cut: the document is counted alone, and the tokenizer

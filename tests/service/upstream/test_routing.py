@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from service.clients.replica import Replica
-from service.clients.routing import HashRing, by_affinity, fewest_in_flight, last_if_tried
+from service.upstream.replica import Replica
+from service.upstream.routing import HashRing, by_affinity, fewest_in_flight, last_if_tried
 
 URLS = [f"http://10.0.0.{i}:8104" for i in range(1, 5)]
 KEYS = [f"prefix-{i}" for i in range(2000)]

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from service.clients.errors import UpstreamTimeout, UpstreamUnavailable
-from service.clients.routing import HashRing
-from service.clients.runner import RunnerClient
 from service.security.addresses import IPAddress
+from service.upstream.errors import UpstreamTimeout, UpstreamUnavailable
+from service.upstream.routing import HashRing
+from service.upstream.runner import RunnerClient
 from tests.support.clock import ManualClock, settle
 from tests.support.replicas import FakeReplicas
 
