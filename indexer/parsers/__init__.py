@@ -38,7 +38,7 @@ TEXT_EXTENSIONS = frozenset("""
     .erl .hs .ml .mli .clj .elm .zig .nim .sql .sh .bash .zsh .fish .ps1 .psm1 .bat .cmd .awk .sed .vim .el
     .css .scss .sass .less .proto .graphql .gql .tf .hcl .nix .cmake .mk .dockerfile
     .jinja .jinja2 .j2 .tmpl .tpl .mustache .hbs .ejs .erb .liquid
-    .json .json5 .jsonc .yaml .yml .toml .ini .cfg .conf .properties .xml .xsd .plist .example .sample .dist
+    .json .json5 .jsonc .yaml .yml .toml .ini .cfg .conf .properties .xml .xsd .plist .example .sample .dist .in
 """.split())
 TEXT_NAMES = frozenset({"dockerfile", "containerfile", "makefile", "gnumakefile", "justfile", "procfile",
                         "gemfile", "rakefile", "vagrantfile", "license", "licence", "copying", "notice",
