@@ -23,7 +23,7 @@ import dataclasses
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from indexer.chunking import Chunker, ChunkText
@@ -78,6 +78,74 @@ class DocWork:
         return sum(c.tokens for c in self.chunks)
 
 
+@dataclass
+class _Scan:
+    """What one run of a job has read so far."""
+
+    seen: set[str]
+    """Documents met (or finished by an earlier run): a document met twice is written once."""
+    file_failures: int = 0
+    """Files of this run that could not be read: a prune is skipped then (their documents would look gone)."""
+
+
+class _Writes:
+    """Documents gathered into batches of about ``batch_tokens`` and written concurrently, at most ``inflight``
+    batches at once. A batch that raised (a lost lease, a bug) ends the job; so does a cancellation request."""
+
+    def __init__(self, inflight: int, batch_tokens: int, cancelled: asyncio.Event,
+                 write: Callable[[list[DocWork]], Awaitable[None]]) -> None:
+        self.slots = asyncio.Semaphore(inflight)
+        self.batch_tokens = batch_tokens
+        self.cancelled = cancelled
+        self.write = write
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.failures: list[BaseException] = []
+        self.batch: list[DocWork] = []
+        self.tokens = 0
+
+    def check(self) -> None:
+        if self.failures:
+            raise self.failures[0]
+        if self.cancelled.is_set():
+            raise JobCancelled
+
+    async def add(self, work: DocWork) -> None:
+        if self.batch and self.tokens + work.tokens > self.batch_tokens:
+            await self.flush()  # a batch of short documents is one request: this one would overflow it
+        self.batch.append(work)
+        self.tokens += work.tokens
+        if self.tokens >= self.batch_tokens:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if not self.batch:
+            return
+        work, self.batch, self.tokens = self.batch, [], 0
+        await self.slots.acquire()
+        self.check()
+        task = asyncio.create_task(self.write(work))
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.slots.release()
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.failures.append(task.exception())  # type: ignore[arg-type]
+
+    async def drain(self) -> None:
+        """Until every batch is written (or one failed, or the job is cancelled)."""
+        while self.tasks:
+            self.check()
+            await asyncio.wait(set(self.tasks), timeout=0.5)
+        self.check()
+
+    async def cancel(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
 class Pipeline:
     def __init__(self, store: VectorStore, embedder: EmbeddingClient, queue: JobQueue, settings: Settings,
                  chunker_factory: ChunkerFactory, url_fetcher: UrlFetcher | None = None,
@@ -124,102 +192,72 @@ class Pipeline:
         if tenant is not None:
             await self.store.ensure_tenant_index(job.collection, tenant.field)
         stored = await self.store.doc_states(job.collection, source=source_name, scope=scope)
-        seen: set[str] = set(finished)
-        file_failures = 0
-        slots = asyncio.Semaphore(self.settings.indexer.inflight_batches)
-        tasks: set[asyncio.Task[None]] = set()
-        failures: list[BaseException] = []
-        batch: list[DocWork] = []
-        batch_tokens = 0
-
-        def batch_done(task: asyncio.Task[None]) -> None:
-            slots.release()
-            tasks.discard(task)
-            if not task.cancelled() and task.exception() is not None:
-                failures.append(task.exception())  # type: ignore[arg-type]
-
-        def stop_if_needed() -> None:
-            """A batch that raised (a lost lease, a bug) ends the job; so does a cancellation request."""
-            if failures:
-                raise failures[0]
-            if cancelled.is_set():
-                raise JobCancelled
-
-        async def flush() -> None:
-            nonlocal batch, batch_tokens
-            if not batch:
-                return
-            work, batch, batch_tokens = batch, [], 0
-            await slots.acquire()
-            stop_if_needed()
-            task = asyncio.create_task(self._write_batch(job, info, source_name, work, tenant, lease))
-            tasks.add(task)
-            task.add_done_callback(batch_done)
-
+        scan = _Scan(seen=set(finished))
+        writes = _Writes(cfg.inflight_batches, cfg.batch_tokens, cancelled,
+                         lambda work: self._write_batch(job, info, source_name, work, tenant, lease))
         try:
             async for item in _iterate_in_thread(self._documents(job.id, spec, chunker, version, stored)):
-                stop_if_needed()
-                if isinstance(item, Unchanged):
-                    if item.doc_id not in seen:
-                        seen.add(item.doc_id)
-                        job.counts.documents_seen += 1
-                        job.counts.documents_unchanged += 1
-                        await self.queue.mark_documents(job, {item.doc_id: "unchanged"})
-                    continue
-                if isinstance(item, Expect):
-                    job.counts.documents_total = max((job.counts.documents_total or 0) + item.delta, 0)
-                    continue
-                if isinstance(item, FileWarning):
-                    self._error(job, item.file, item.warning)
-                    continue
-                if isinstance(item, FileError):
-                    file_failures += 1
-                    job.counts.files_failed += 1
-                    self._error(job, item.file, item.error)
-                    continue
-                work = item
-                doc_id = work.doc.doc_id
-                if doc_id in seen:
-                    continue
-                seen.add(doc_id)
-                job.counts.documents_seen += 1
-                state = stored.get(doc_id)
-                if state is not None and state.complete and state.content_hash == work.content_hash:
-                    job.counts.documents_unchanged += 1
-                    await self.queue.mark_documents(job, {doc_id: "unchanged"})
-                    continue
-                if not work.chunks:
-                    job.counts.documents_failed += 1
-                    self._error(job, doc_id, "no text to index")
-                    await self.queue.mark_documents(job, {doc_id: "failed"})
-                    continue
-                if batch and batch_tokens + work.tokens > cfg.batch_tokens:
-                    await flush()  # a batch of short documents is one request: this one would overflow it
-                batch.append(work)
-                batch_tokens += work.tokens
-                if batch_tokens >= cfg.batch_tokens:
-                    await flush()
-            await flush()
+                writes.check()
+                work = await self._triage(job, item, scan, stored)
+                if work is not None:
+                    await writes.add(work)
+            await writes.flush()
             job.counts.documents_total = job.counts.documents_seen
-            while tasks:
-                stop_if_needed()
-                await asyncio.wait(set(tasks), timeout=0.5)
-            stop_if_needed()
+            await writes.drain()
         except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await writes.cancel()
             raise
-
         if spec.prune:
-            if file_failures:
-                self._error(job, source_name, f"prune skipped: {file_failures} file(s) could not be read")
+            if scan.file_failures:
+                self._error(job, source_name, f"prune skipped: {scan.file_failures} file(s) could not be read")
             else:
-                gone = sorted(set(stored) - seen)
+                gone = sorted(set(stored) - scan.seen)
                 lease.check()
                 await self.store.delete_documents(job.collection, gone, scope=scope)
                 job.counts.documents_deleted = len(gone)
                 await self.queue.mark_documents(job, {d: "deleted" for d in gone})
+        self._finish(job, chunker, source_name)
+
+    async def _triage(self, job: Job, item: DocWork | FileError | FileWarning | Expect | Unchanged, scan: _Scan,
+                      stored: Mapping[str, DocState]) -> DocWork | None:
+        """Count and record what the reader thread sent; the document to write, when it is one."""
+        if isinstance(item, Unchanged):
+            if item.doc_id not in scan.seen:
+                scan.seen.add(item.doc_id)
+                job.counts.documents_seen += 1
+                job.counts.documents_unchanged += 1
+                await self.queue.mark_documents(job, {item.doc_id: "unchanged"})
+            return None
+        if isinstance(item, Expect):
+            job.counts.documents_total = max((job.counts.documents_total or 0) + item.delta, 0)
+            return None
+        if isinstance(item, FileWarning):
+            self._error(job, item.file, item.warning)
+            return None
+        if isinstance(item, FileError):
+            scan.file_failures += 1
+            job.counts.files_failed += 1
+            self._error(job, item.file, item.error)
+            return None
+        doc_id = item.doc.doc_id
+        if doc_id in scan.seen:
+            return None
+        scan.seen.add(doc_id)
+        job.counts.documents_seen += 1
+        state = stored.get(doc_id)
+        if state is not None and state.complete and state.content_hash == item.content_hash:
+            job.counts.documents_unchanged += 1
+            await self.queue.mark_documents(job, {doc_id: "unchanged"})
+            return None
+        if not item.chunks:
+            job.counts.documents_failed += 1
+            self._error(job, doc_id, "no text to index")
+            await self.queue.mark_documents(job, {doc_id: "failed"})
+            return None
+        return item
+
+    def _finish(self, job: Job, chunker: Chunker, source_name: str) -> None:
+        """Say what the job did; a job in which every document failed fails."""
         c = job.counts
         if c.chunks_truncated:
             warning = (f"{c.chunks_truncated} chunk(s) longer than the embedding model's window of {chunker.max_size} "
