@@ -37,6 +37,7 @@ from indexer.spec import IngestSpec, PathSource, UploadSource, default_source_na
 from indexer.vision import JobBudget, Vision
 from service.config import Settings
 from service.documents.normalisation import SparseNormaliser
+from service.documents.replace import replace_chunks
 from service.documents.writer import content_hash
 from service.errors import RagserveError
 from service.observability.context import RequestContext, bind, unbind
@@ -422,11 +423,8 @@ class Pipeline:
                     for w in work for c in w.chunks
                 ]
                 with stage("store", collection=job.collection, attempt=attempt + 1, chunks=len(chunks)):
-                    lease.check()  # the normaliser may store the collection's BM25 statistics
-                    sparse = await self.sparse.vectors(job.collection, texts)
-                    lease.check()
-                    await self.store.replace_documents(job.collection, chunks, vectors, sparse,
-                                                       scope=write_scope(tenant))
+                    await replace_chunks(self.store, self.sparse, job.collection, chunks, vectors,
+                                         scope=write_scope(tenant), check=lease.check)
                 return None
             except RagserveError as exc:
                 if attempt == attempts - 1:

@@ -17,6 +17,7 @@ from typing import Any
 
 from service.config import Limits
 from service.documents.normalisation import SparseNormaliser
+from service.documents.replace import replace_chunks
 from service.errors import InvalidInput, PayloadTooLarge
 from service.store.base import VectorStore
 from service.store.tenancy import Tenant, write_scope
@@ -123,9 +124,7 @@ class DocumentWriter:
         chunks = [Chunk(d.id, 0, d.text, d.metadata, content_hash=content_hash(d.text, d.metadata), tenant=ns)
                   for d in documents]
         t = time.perf_counter()
-        # Replaces every chunk a document had before (the indexer may have split it into several).
-        sparse = await self.sparse.vectors(collection, [c.text for c in chunks])
-        await self.store.replace_documents(collection, chunks, [v for v in vectors if v is not None], sparse,
-                                           scope=write_scope(tenant))
+        await replace_chunks(self.store, self.sparse, collection, chunks, [v for v in vectors if v is not None],
+                             scope=write_scope(tenant))
         timings["upsert"] = round((time.perf_counter() - t) * 1000, 3)
         return WriteResult(upserted=len(documents), embedded=len(to_embed), timings_ms=timings)
