@@ -159,7 +159,7 @@ def test_the_parsers_import_their_error_from_below_not_from_their_package() -> N
 
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("ground floor: imports nothing of ragserve", frozenset({
-        "config", "errors", "clock", "profiles", "sparse", "client"})),
+        "config", "errors", "clock", "profiles", "sparse", "client", "startup"})),
     ("edges: the processes and the network ragserve talks to", frozenset({
         "deadline", "security", "runners", "store", "upstream", "media"})),
     ("domain: the use cases", frozenset({

@@ -45,12 +45,12 @@ def cmd_worker(args: argparse.Namespace) -> None:
 def run_worker() -> None:
     """``ragserve worker``: claim and run jobs until SIGTERM or SIGINT, which hand the running job back to
     the queue (``JobQueue.release``) so another worker resumes it at once."""
-    import gc
     import logging
     import signal
 
     from indexer.services import open_worker_services
     from indexer.worker import Worker
+    from service.startup import freeze_startup_objects
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -58,8 +58,7 @@ def run_worker() -> None:
 
     async def main() -> None:
         services = await open_worker_services(settings)
-        gc.collect()
-        gc.freeze()  # start-up's objects out of every full collection (see service.api.app.freeze_startup_objects)
+        freeze_startup_objects()
         try:
             worker = Worker(services.jobs, services.store, services.embedder, settings, services.fetcher,
                             services.generator)

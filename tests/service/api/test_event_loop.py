@@ -11,7 +11,7 @@ threads' counts). Every figure is printed with any failure.
 
 What it found, measured on a shared machine (load average 4-20), each fixed in turn: 1,191 ms gaps of which
 1,157 ms run-queue wait; 100-600 ms garbage collections walking the 220,000 objects start-up built (now frozen,
-``service.api.app.freeze_startup_objects``); engine calls holding the GIL, an upsert 361 ms and the job-end flush
+``service.startup.freeze_startup_objects``); engine calls holding the GIL, an upsert 361 ms and the job-end flush
 477 ms (now in the store's own process, ``service.store.child``); full collections of 130-150 ms over the
 20,000 parsed records of the JSONL file, all alive for the whole job (now built one at a time,
 ``indexer.parsers.jsonl.JsonlDocuments``); the loop waiting for the GIL behind pool threads woken once per
