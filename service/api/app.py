@@ -11,7 +11,7 @@ import httpx
 from fastapi import FastAPI
 from qdrant_client import AsyncQdrantClient
 
-from indexer.queue_factory import open_queue
+from indexer.services import open_worker_services
 from service import __version__
 from service.api.errors import install_error_handlers
 from service.api.limits import BodySizeLimit
@@ -48,12 +48,11 @@ from service.profiles import Profile, default_checkpoint, get_profile
 from service.search.query_cache import QueryEmbeddingCache
 from service.search.retrieval import Retrieval
 from service.search.service import SearchService
-from service.security.fetch import Resolver, SafeFetcher
+from service.security.fetch import Resolver
 from service.startup import freeze_startup_objects
-from service.store.factory import open_store
 from service.store.types import Fusion
 from service.upstream.embeddings import EmbeddingClient
-from service.upstream.factory import Transports, embedding_client, generation_client, rerank_client
+from service.upstream.factory import Transports, rerank_client
 from service.upstream.generation import GenerationClient
 from service.upstream.rerank import RerankClient
 
@@ -69,15 +68,10 @@ async def build_services(
     ``resolver`` (tests only) replaces the DNS edge of the URL fetcher and of the runner pools' ``dns+`` names;
     ``store_client`` (tests only) runs the Qdrant server backend on the given qdrant-client (its local mode)."""
     profile = get_profile(settings.profile)
-    up = settings.upstream
-    embedder = embedding_client(settings, profile, transports, resolver)
+    base = await open_worker_services(settings, generator=True, transports=transports, resolver=resolver,
+                                      store_client=store_client)
+    embedder, jobs, store, fetcher, generator = base.embedder, base.jobs, base.store, base.fetcher, base.generator
     reranker = rerank_client(settings, profile, transports, resolver)
-    jobs = await open_queue(settings)
-    try:
-        store = await open_store(settings, client=store_client)
-    except BaseException:
-        await jobs.close()
-        raise
     ss = settings.search
     query_cache = QueryEmbeddingCache(settings.query_cache.max_bytes)
     metrics.query_cache.watch(query_cache)
@@ -88,10 +82,8 @@ async def build_services(
         query_cache=query_cache,
     )
     writer = DocumentWriter(store, embedder, settings.limits)
-    fetcher = SafeFetcher.from_settings(settings.fetch, resolver=resolver, acquire_timeout_s=up.acquire_timeout_s)
     media = MediaService(settings.media, fetcher)
     gs = settings.generation
-    generator = generation_client(settings, profile, transports, resolver)
     image_queries = None if generator is None else ImageQueryWriter(
         generator, max_tokens=gs.query_max_tokens, max_chars=settings.limits.max_query_chars
     )
