@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from service.api.cancellation import with_cancellation
-from service.api.deps import PrincipalDep, ServicesDep
+from service.api.deps import ApiKey, PrincipalDep, ServicesDep
 from service.api.json_body import JsonRoute
 from service.api.schemas.chat import ImagePart
 from service.api.schemas.common import filter_spec
@@ -21,8 +21,8 @@ from service.context import service as use_case
 from service.media.service import ImageInput
 from service.search.query_cache import partition_of
 
-router = APIRouter(prefix="/v1", tags=["search"], responses=error_responses(404, 409, 502, 503),
-                   route_class=JsonRoute)
+router = APIRouter(prefix="/v1", tags=["search"], dependencies=[ApiKey],
+                   responses=error_responses(404, 409, 502, 503), route_class=JsonRoute)
 
 
 @router.post("/context", summary="A budgeted, de-duplicated, cited context for a question or a conversation")
