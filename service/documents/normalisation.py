@@ -67,7 +67,7 @@ class SparseNormaliser:
         assert avg_len is not None
         if len(tfs) <= 16:  # a query, or a few documents
             return [enc.weights(tf, avg_len) for tf in tfs]
-        # A bulk batch (thousands of texts) is ~100 ms of Python: off the event loop.
+        # A bulk batch (thousands of texts) is long pure-Python work: off the event loop.
         return await asyncio.to_thread(lambda: [enc.weights(tf, avg_len) for tf in tfs])
 
     async def reencode(self, name: str, cfg: SparseConfig) -> int:

@@ -1,9 +1,10 @@
 """The store interface: what the search service, the documents writer and the indexer ask of Qdrant.
 
-Two backends implement it: :class:`service.store.edge.EdgeStore` (Qdrant Edge, the embedded default, one
-process per data folder) and :class:`service.store.qdrant_server.ServerStore` (a Qdrant server or cluster over
-``AsyncQdrantClient``). Both hold the same points and answer the same queries; ``tests/service/store``
-runs one contract suite over both.
+Three backends implement it: :class:`service.store.edge.EdgeStore` (Qdrant Edge, the embedded default, in the
+process that owns the data folder), :class:`service.store.proxy.ProcessStore` (that store seen from the API's
+processes, over a pipe to its owner) and :class:`service.store.qdrant_server.ServerStore` (a Qdrant server or
+cluster over ``AsyncQdrantClient``). All hold the same points and answer the same queries; ``tests/service/store``
+runs one contract suite over the three.
 
 A document is complete in the store when it holds exactly the chunks ``0..chunk_count-1``, all with the same
 ``content_hash``. :meth:`VectorStore.replace_documents` writes the new chunks first and then deletes the

@@ -267,7 +267,7 @@ def both(a: Filter | None, b: Filter | None) -> Filter | None:
 def stale_versions(doc_ids: Sequence[str], written: Sequence[str]) -> Filter:
     """Chunks of these documents other than the points just written (their older versions). One
     ``MatchAny`` on the indexed ``doc_id`` and one id set: a sub-filter per document (doc_id and not its
-    new content hash) cost the engine 170-600 ms per 1,000 documents, this 15-77 ms (Edge, 1k-100k points)."""
+    new content hash) cost the engine about ten times as much (docs/benchmarks.md)."""
     return Filter(must=(MatchAny("doc_id", tuple(dict.fromkeys(doc_ids))),), must_not=(HasId(tuple(written)),))
 
 

@@ -65,8 +65,8 @@ class DirectPost:
         self._client = client
         self._transport = transport
         self._urls: dict[str, httpx.URL] = {}
-        """Each URL parsed once: a runner client calls a few (its replicas' endpoints), and parsing one cost about
-        half of building its request (16 of 32 us)."""
+        """Each URL parsed once: a runner client calls a few (its replicas' endpoints), and parsing one was about
+        half the cost of building its request (docs/benchmarks.md)."""
 
     def _url(self, url: str) -> httpx.URL:
         parsed = self._urls.get(url)

@@ -70,8 +70,8 @@ async def run_search(body: SearchRequest, image: ImageInput | None, services: Se
     retrieved = await services.retrieval.search(search_request(body, image), tenant=principal.tenant,
                                                 cache_partition=partition_of(principal))
     result = retrieved.result
-    # Plain dicts, validated into SearchHits by the response's own validation, in one call for all of them:
-    # ten SearchHit(...) calls cost 7 us more per search (the JSON is the same).
+    # Plain dicts, validated into SearchHits by the response's own validation, in one call for all of them,
+    # not one SearchHit(...) call per hit (the JSON is the same).
     hits: list[Any] = [
         {"rank": i + 1, "id": r.hit.id, "doc_id": r.hit.doc_id, "chunk_index": r.hit.chunk_index, "text": r.hit.text,
          "metadata": r.hit.metadata, "location": r.hit.location, "score": r.score, "vector_score": r.hit.score,
