@@ -34,8 +34,8 @@ def with_cancellation(handler: Callable[..., Awaitable[T]]) -> Callable[..., Awa
     ``with_cancellation`` does too), each poll a short task of its own; once the client has gone, it cancels
     the request's task and the cancellation becomes the 499. A cancellation from anywhere else (the server
     shutting down) goes on as it came. (The poll was a watcher task started with every request: its start, its
-    first sleep and its cancellation cost two loop turns and about 20 us of CPU per search that answers within
-    the first period, nearly all of them; a timer that never fires costs its handle.)"""
+    first sleep and its cancellation cost two loop turns per search that answers within the first period, nearly
+    all of them; a timer that never fires costs its handle.)"""
 
     @functools.wraps(handler)
     async def wrapper(*args: Any, **kwargs: Any) -> T | Response:

@@ -86,9 +86,9 @@ def search_pool_size(cores: int | None = None) -> int:
     With a pool of 1 the engine searches on the calling thread. The store's engine calls hold its GIL, so its
     searches run one at a time and only a search's own segments could run in parallel; on a small host the
     API, the runners and the store already share the cores, and a pool's threads mostly wake and wait for each
-    other. Measured on 2 cores (``python -m tests.bench.bench_store_threads``): the engine's default pool (8
-    threads) spent 3.6x the CPU of one thread on 500 points of 1024 dimensions, 2.3x on 2,000 of 384, and took
-    longer as well. Above 4 cores (not measured here) a large collection's segments are searched in parallel."""
+    other: on 2 cores the engine's default pool spent several times the CPU of one thread and took longer as well
+    (``python -m tests.bench.bench_store_threads``, docs/benchmarks.md). Above 4 cores (not measured here) a large
+    collection's segments are searched in parallel."""
     cores = cores or os.cpu_count() or 1
     return 1 if cores <= 4 else cores
 

@@ -341,7 +341,7 @@ def _packer(size: int) -> struct.Struct:
 
 
 def _floats(data: bytes) -> list[float]:
-    """:func:`_f32`'s bytes as the store takes them (a list: the binding reads one 5x faster than an array)."""
+    """:func:`_f32`'s bytes as the store takes them (a list: the binding reads one faster than an array)."""
     return np.frombuffer(data, dtype="<f4").tolist()  # type: ignore[no-any-return]
 
 
