@@ -103,11 +103,9 @@ def test_the_runner_modules_import_each_other_without_a_circle() -> None:
     assert circles(graph) == []
 
 
-def test_the_cli_modules_import_each_other_without_a_circle() -> None:
-    """service/cli's __init__ assembles the parser from the command groups, so a group that imported the package
-    back (for ``main`` or a helper) would make a circle; the helpers they share sit below them (settings.py,
-    client.py's connection to the API), imports inside functions included."""
-    package, prefix = ROOT / "service" / "cli", "service.cli"
+def package_graph(package: Path, prefix: str) -> dict[str, set[str]]:
+    """A package's modules -> the modules of it they import, ``__init__`` included: ``from package import x``
+    points at the submodule ``x`` where there is one, else at ``__init__`` (imports inside functions too)."""
     submodules = {path.stem for path in package.glob("*.py")} - {"__init__"}
     graph: dict[str, set[str]] = {}
     for path in package.glob("*.py"):
@@ -121,6 +119,14 @@ def test_the_cli_modules_import_each_other_without_a_circle() -> None:
                 found.update(a.name.removeprefix(prefix + ".").split(".")[0] for a in node.names
                              if a.name.startswith(prefix + "."))
         graph[path.stem] = found - {path.stem}
+    return graph
+
+
+def test_the_cli_modules_import_each_other_without_a_circle() -> None:
+    """service/cli's __init__ assembles the parser from the command groups, so a group that imported the package
+    back (for ``main`` or a helper) would make a circle; the helpers they share sit below them (settings.py,
+    client.py's connection to the API), imports inside functions included."""
+    graph = package_graph(ROOT / "service" / "cli", "service.cli")
     assert graph["__init__"] >= {"client", "operations", "serve", "transfer"}
     assert circles(graph) == []
 
@@ -142,17 +148,7 @@ def test_the_store_modules_import_each_other_without_a_circle() -> None:
 def test_the_parsers_import_their_error_from_below_not_from_their_package() -> None:
     """indexer/parsers/__init__.py imports every parser; a parser that imported ``ParseError`` back from the
     package (inside a function, to dodge the circle at import time) made one. The error has its own module."""
-    package, prefix = ROOT / "indexer" / "parsers", "indexer.parsers"
-    submodules = {path.stem for path in package.glob("*.py")} - {"__init__"}
-    graph: dict[str, set[str]] = {}
-    for path in package.glob("*.py"):
-        found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == prefix:
-                found.update(a.name if a.name in submodules else "__init__" for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(prefix + "."):
-                found.add(node.module.removeprefix(prefix + ".").split(".")[0])  # type: ignore[union-attr]
-        graph[path.stem] = found - {path.stem}
+    graph = package_graph(ROOT / "indexer" / "parsers", "indexer.parsers")
     assert graph["__init__"] >= {"csv", "pdf", "errors"}
     assert circles(graph) == []
 
