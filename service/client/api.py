@@ -85,6 +85,15 @@ class ClientBase:
 
     # --- collections --------------------------------------------------------------------------------
 
+    def _submitted(self, call: Call, *, wait: bool, progress: ProgressCallback | None, poll_s: float,
+                   timeout_s: float | None) -> Generator[Step, httpx.Response | None, Job]:
+        """An ingest job submitted by ``call``; with ``wait``, polled to its end."""
+        job = Job.model_validate((yield from self._json(call)))
+        if not wait:
+            return job
+        return (yield from ClientBase.wait_for_job.fn(self, job.id, progress=progress, poll_s=poll_s,
+                                                       timeout_s=timeout_s))
+
     @operation
     def list_collections(self) -> Operation[list[Collection]]:
         body = yield from self._json(Call("GET", "/v1/collections"))
@@ -160,11 +169,7 @@ class ClientBase:
         call = Call("POST", f"/v1/collections/{_name(collection)}/ingest",
                     files=[("files", (name, data, "application/octet-stream")) for name, data in pairs],
                     data={"options": json.dumps(_options(options))})
-        job = Job.model_validate((yield from self._json(call)))
-        if not wait:
-            return job
-        return (yield from ClientBase.wait_for_job.fn(self, job.id, progress=progress, poll_s=poll_s,
-                                                       timeout_s=timeout_s))
+        return (yield from self._submitted(call, wait=wait, progress=progress, poll_s=poll_s, timeout_s=timeout_s))
 
     @operation
     def ingest_path(self, collection: str, path: str | os.PathLike[str], *, server_path: bool = False,
@@ -185,11 +190,8 @@ class ClientBase:
         body = _options(options, source_name=f"path:{root}")
         if server_path:
             call = Call("POST", f"/v1/collections/{_name(collection)}/ingest", json={**body, "source": source})
-            job = Job.model_validate((yield from self._json(call)))
-            if not wait:
-                return job
-            return (yield from ClientBase.wait_for_job.fn(self, job.id, progress=progress, poll_s=poll_s,
-                                                           timeout_s=timeout_s))
+            return (yield from self._submitted(call, wait=wait, progress=progress, poll_s=poll_s,
+                                               timeout_s=timeout_s))
         files, skipped = read_files(path_entries(root, include=source["include"], exclude=source["exclude"],
                                                  name_prefix=name_prefix))
         for name, why in skipped:
@@ -208,11 +210,7 @@ class ClientBase:
         """Index web pages the server fetches itself (only from its allowed domains)."""
         call = Call("POST", f"/v1/collections/{_name(collection)}/ingest",
                     json={**_options(options), "source": {"kind": "url", "urls": list(urls)}})
-        job = Job.model_validate((yield from self._json(call)))
-        if not wait:
-            return job
-        return (yield from ClientBase.wait_for_job.fn(self, job.id, progress=progress, poll_s=poll_s,
-                                                       timeout_s=timeout_s))
+        return (yield from self._submitted(call, wait=wait, progress=progress, poll_s=poll_s, timeout_s=timeout_s))
 
     @operation
     def get_job(self, job_id: str) -> Operation[Job]:
