@@ -8,9 +8,9 @@ import json
 ENV_PREFIX = "RAGSERVE_"
 
 
-NOT_SETTINGS = frozenset({"RAGSERVE_VLLM", "RAGSERVE_KUSTOMIZE"})
+NOT_SETTINGS = frozenset({"RAGSERVE_VLLM", "RAGSERVE_KUSTOMIZE", "RAGSERVE_SETUP_LOG"})
 """``RAGSERVE_`` names read by scripts, not by Settings: deploy/local/setup.sh's vLLM build, tests/deploy's
-kustomize command."""
+kustomize command, the install scripts' log file (deploy/local/quietly.sh)."""
 
 
 CLIENT_VARIABLES = frozenset({"RAGSERVE_URL", "RAGSERVE_API_KEY"})
