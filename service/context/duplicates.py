@@ -44,14 +44,13 @@ def shingles(text: str) -> frozenset[int]:
     return frozenset(_hash(words, i) for i in range(len(words) - SHINGLE_WORDS + 1))
 
 
-def repeated_share(candidate: frozenset[int], taken: Iterable[frozenset[int]]) -> float:
-    """The share of ``candidate``'s shingles found in ``taken``; 0 for a candidate too short to judge."""
-    if len(candidate) < MIN_SHINGLES:
-        return 0.0
+def repeated(candidate: frozenset[int], taken: Iterable[frozenset[int]]) -> tuple[float, frozenset[int]]:
+    """The share of ``candidate``'s shingles found in ``taken`` (0 for a candidate too short to judge), and those
+    shingles, which :func:`novel_run` takes."""
     seen: set[int] = set()
     for other in taken:
         seen |= candidate & other
-    return len(seen) / len(candidate)
+    return (0.0 if len(candidate) < MIN_SHINGLES else len(seen) / len(candidate)), frozenset(seen)
 
 
 def novel_run(text: str, taken: frozenset[int], within: tuple[int, int] | None = None) -> tuple[int, int] | None:

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from service.context.duplicates import SENTENCE_END, novel_run, repeated_share, shingles
+from service.context.duplicates import SENTENCE_END, novel_run, repeated, shingles
 from service.context.passages import Candidate, Passage, covers, merge, overlaps, single, span
 from service.context.template import SEPARATOR, Template
 from service.context.tokens import TokenCounter
@@ -210,6 +210,17 @@ class Packer:
         run.dropped.append(_Entry(candidate, "budget"))
         return True
 
+    def _repeats(self, text: frozenset[int], others: list[_Taken], candidate: Candidate,
+                 dropped: list[_Entry]) -> frozenset[int] | None:
+        """The shingles of ``text`` that other documents' passages hold, or None when they reach the duplicate
+        threshold: ``candidate`` is then recorded in ``dropped`` as a copy of the passage it repeats most."""
+        share, matched = repeated(text, (t.shingles for t in others))
+        if share < self.options.duplicate_threshold:
+            return matched
+        copied = max(others, key=lambda t: len(text & t.shingles))
+        dropped.append(_Entry(candidate, "duplicate", copied))
+        return None
+
     def _unrepeated(self, group: Passage, taken: list[_Taken], candidate: Candidate,
                     dropped: list[_Entry]) -> Passage | None:
         """``group`` as it may join the context (:mod:`service.context.duplicates`): whole, trimmed to its
@@ -218,23 +229,21 @@ class Packer:
         others = [t for t in taken if t.passage.doc != group.doc]
         if not others:
             return group
-        mine = shingles(group.text)
-        if repeated_share(mine, (t.shingles for t in others)) < self.options.duplicate_threshold:
-            if not group.mergeable or group.start is None:
-                return group
-            own = span(candidate.hit)
-            within = None if own is None else (own[0] - group.start, own[1] - group.start)
-            run = novel_run(group.text, frozenset().union(*(mine & t.shingles for t in others)), within)
-            if run is None:
-                return group
-            a, b = run
-            start, end = group.start + a, group.start + b
-            chunks = [h for h in group.chunks if (s := span(h)) is not None and s[0] < end and start < s[1]]
-            return Passage(group.collection, chunks, group.score, group.rerank_score, group.text[a:b],
-                           start, end, cut=True)
-        repeats = max(others, key=lambda t: len(mine & t.shingles))
-        dropped.append(_Entry(candidate, "duplicate", repeats))
-        return None
+        matched = self._repeats(shingles(group.text), others, candidate, dropped)
+        if matched is None:
+            return None
+        if not group.mergeable or group.start is None:
+            return group
+        own = span(candidate.hit)
+        within = None if own is None else (own[0] - group.start, own[1] - group.start)
+        run = novel_run(group.text, matched, within)
+        if run is None:
+            return group
+        a, b = run
+        start, end = group.start + a, group.start + b
+        chunks = [h for h in group.chunks if (s := span(h)) is not None and s[0] < end and start < s[1]]
+        return Passage(group.collection, chunks, group.score, group.rerank_score, group.text[a:b],
+                       start, end, cut=True)
 
     def _extends_a_repeat(self, grown: Passage, meeting: list[_Taken], taken: list[_Taken], candidate: Candidate,
                           dropped: list[_Entry]) -> bool:
@@ -253,12 +262,7 @@ class Packer:
             if a > at:
                 added |= shingles(grown.text[at - grown.start:a - grown.start])
             at = max(at, b)
-        new = frozenset(added)
-        if repeated_share(new, (t.shingles for t in others)) < self.options.duplicate_threshold:
-            return False
-        repeats = max(others, key=lambda t: len(new & t.shingles))
-        dropped.append(_Entry(candidate, "duplicate", repeats))
-        return True
+        return self._repeats(frozenset(added), others, candidate, dropped) is None
 
     def _with_neighbours(self, bare: Passage, candidate: Candidate,
                          neighbours: Mapping[tuple[str, str | None, str], Mapping[int, Hit]]) -> Passage:
