@@ -11,15 +11,23 @@ Each gap beyond the beat is split into what this process did to its own loop and
   *runs* (C code that keeps the GIL, a long garbage collection, work on the loop) accrues no run-queue wait,
   so it stays in the figure: that is the stall this test exists to catch.
 
-What is left is the stall this process caused. All three figures are printed with any failure, and the loop
-thread's major page faults in the gap beside them: a fault that reads a page back from disk (the machine's
-memory short, with several runners up) blocks the thread without a run-queue wait, so it counts as a stall of
-this process, and the count says when it was one.
+What is left is the stall this process caused. All three figures are printed with any failure, and beside
+them, to say what the rest was:
+
+- the loop thread's major page faults in the gap: a fault that reads a page back from disk (the machine's memory
+  short, with several runners up) blocks the thread without a run-queue wait, so it counts as a stall of this
+  process, and the count says when it was one;
+- the loop thread's own time on a CPU in the gap: near the stall, work done on the loop (a long callback, a
+  garbage collection it ran); near zero, the loop waited for the GIL another thread held while it ran;
+- the machine's steal time in the gap (``/proc/stat``, in 10 ms ticks, summed over its CPUs): time the host
+  took the virtual CPUs away, which no count inside the guest shows as a wait. It is printed, not taken out: it
+  is counted per CPU, not per thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -49,6 +57,20 @@ def other_threads_wait_s(waits: dict[int, float]) -> float:
     return total
 
 
+def on_cpu_s(native_id: int | None = None) -> float:
+    """Seconds the thread (the calling one by default) has run on a CPU."""
+    tid = threading.get_native_id() if native_id is None else native_id
+    with open(f"/proc/self/task/{tid}/schedstat") as f:
+        return int(f.read().split()[0]) / 1e9
+
+
+def steal_s() -> float:
+    """The machine's steal time so far, summed over its CPUs (0 where the kernel does not count it)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
+
+
 def major_faults(native_id: int | None = None) -> int:
     """Major page faults of the thread (the calling one by default): each one waited for a read from disk."""
     tid = threading.get_native_id() if native_id is None else native_id
@@ -63,27 +85,34 @@ class Heartbeat:
     """(gap beyond the beat, loop thread's run-queue wait, other threads' run-queue wait) per beat."""
     faults: list[int] = field(default_factory=list)
     """The loop thread's major page faults during each beat's gap."""
+    spent: list[tuple[float, float]] = field(default_factory=list)
+    """(loop thread's time on a CPU, the machine's steal time) during each beat's gap, in seconds."""
 
     async def run(self, done: asyncio.Event) -> None:
         others: dict[int, float] = {}
         other_threads_wait_s(others)
-        last, waited, faulted = time.perf_counter(), run_queue_wait_s(), major_faults()
+        last, waited, faulted, ran, stolen = (time.perf_counter(), run_queue_wait_s(), major_faults(), on_cpu_s(),
+                                              steal_s())
         while not done.is_set():
             await asyncio.sleep(self.beat_s)
-            now, now_waited, now_faulted = time.perf_counter(), run_queue_wait_s(), major_faults()
+            now, now_waited, now_faulted, now_ran, now_stolen = (time.perf_counter(), run_queue_wait_s(),
+                                                                 major_faults(), on_cpu_s(), steal_s())
             self.beats.append((max(now - last - self.beat_s, 0.0), now_waited - waited, other_threads_wait_s(others)))
             self.faults.append(now_faulted - faulted)
-            last, waited, faulted = time.perf_counter(), now_waited, now_faulted
+            self.spent.append((now_ran - ran, now_stolen - stolen))
+            last, waited, faulted, ran, stolen = time.perf_counter(), now_waited, now_faulted, now_ran, now_stolen
 
-    def stalls(self) -> list[tuple[float, float, float, float, int]]:
+    def stalls(self) -> list[tuple[float, float, float, float, int, float, float]]:
         """(stall this process caused, gap, loop's run-queue wait, other threads' run-queue wait, loop thread's
-        major page faults) per beat, worst last."""
-        return sorted((max(gap - waited - others, 0.0), gap, waited, others, faults)
-                      for (gap, waited, others), faults in zip(self.beats, self.faults, strict=True))
+        major page faults, loop thread's time on a CPU, steal) per beat, worst last."""
+        return sorted((max(gap - waited - others, 0.0), gap, waited, others, faults, ran, stolen)
+                      for (gap, waited, others), faults, (ran, stolen)
+                      in zip(self.beats, self.faults, self.spent, strict=True))
 
     def worst(self, n: int = 5) -> list[str]:
         return [f"{s * 1000:.0f} ms (gap {g * 1000:.0f}, loop's run-queue wait {w * 1000:.0f}, other threads' "
-                f"{o * 1000:.0f}, major page faults {f})" for s, g, w, o, f in self.stalls()[-n:]]
+                f"{o * 1000:.0f}, major page faults {f}, loop on a CPU {r * 1000:.0f}, steal {t * 1000:.0f})"
+                for s, g, w, o, f, r, t in self.stalls()[-n:]]
 
     def worst_gap(self) -> float:
         return max((gap for gap, _, _ in self.beats), default=0.0)
