@@ -61,7 +61,7 @@ def cmd_restore(args: argparse.Namespace) -> None:
 
 def _restore_to_server(args: argparse.Namespace, expect: str | None) -> tuple[SnapshotInfo, str]:
     from service.errors import RagserveError
-    from service.store import server_snapshots
+    from service.store import qdrant_server_snapshots
     from service.store.factory import snapshot_client
 
     if args.data_dir is not None:
@@ -76,7 +76,7 @@ def _restore_to_server(args: argparse.Namespace, expect: str | None) -> tuple[Sn
     async def run() -> SnapshotInfo:
         api = snapshot_client(settings, url)
         try:
-            return await server_snapshots.restore(args.snapshot, api, expect_sha256=expect)
+            return await qdrant_server_snapshots.restore(args.snapshot, api, expect_sha256=expect)
         finally:
             await api.aclose()
 

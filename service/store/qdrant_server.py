@@ -24,7 +24,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from service.deadline import Deadline, within
 from service.sparse.config import SparseConfig, SparseStats
-from service.store import server_snapshots
+from service.store import qdrant_server_snapshots
 from service.store.base import VectorStore, check_vectors
 from service.store.errors import CollectionExists, CollectionNotFound, StoreError, StoreTimeout
 from service.store.qdrant_snapshots import SnapshotApi
@@ -132,10 +132,10 @@ class ServerStore(VectorStore):
 
     async def snapshot(self, name: str | None, dest: Path) -> SnapshotInfo:
         """Qdrant's snapshot of each collection, downloaded into ``dest`` and deleted from the server
-        (:mod:`service.store.server_snapshots`): searches and writes go on."""
+        (:mod:`service.store.qdrant_server_snapshots`): searches and writes go on."""
         if self.snapshot_api is None:
             raise SnapshotError("this Qdrant client (local mode) cannot take snapshots", code="snapshot_unsupported")
-        return await server_snapshots.take(self, self.snapshot_api, name, dest)
+        return await qdrant_server_snapshots.take(self, self.snapshot_api, name, dest)
 
     async def create_collection(
         self, name: str, *, dimensions: int, model: str, filter_fields: dict[str, str] | None = None,

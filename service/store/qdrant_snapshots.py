@@ -1,4 +1,5 @@
-"""Qdrant's snapshot endpoints over REST, for the snapshots of a Qdrant server (``service.store.server_snapshots``).
+"""Qdrant's snapshot endpoints over REST, for the snapshots of a Qdrant server
+(``service.store.qdrant_server_snapshots``).
 
 qdrant-client creates, lists and deletes a collection's snapshots, but through its own REST client, whose read
 timeout is the store's per-call one (``RAGSERVE_QDRANT__TIMEOUT_S``, 10 s): a server writes a large collection's

@@ -1,5 +1,5 @@
 """Snapshots of the store: a folder, checked file by file, that a restore turns back into a store folder (the
-embedded store) or into collections of a Qdrant server (``service.store.server_snapshots``).
+embedded store) or into collections of a Qdrant server (``service.store.qdrant_server_snapshots``).
 
 Layout of one snapshot (the store folder's own layout, plus the manifest)::
 

@@ -16,11 +16,11 @@ from qdrant_client import AsyncQdrantClient
 
 from service import cli
 from service.sparse.config import SparseConfig, SparseStats
-from service.store import server_snapshots, snapshots
+from service.store import qdrant_server_snapshots, snapshots
 from service.store.errors import CollectionNotFound, StoreError
 from service.store.qdrant_server import ServerStore
+from service.store.qdrant_server_snapshots import CollectionsExist, ShardsElsewhere
 from service.store.qdrant_snapshots import SnapshotApi
-from service.store.server_snapshots import CollectionsExist, ShardsElsewhere
 from service.store.snapshots import SnapshotError
 from service.store.types import Chunk
 from tests.support.qdrant_snapshot_stub import PIECE, VERSION, QdrantSnapshotStub
@@ -178,7 +178,7 @@ async def test_restore_uploads_each_file_and_its_settings_to_a_server_without_th
     target = QdrantSnapshotStub()
     api = _api(target)
     try:
-        info = await server_snapshots.restore(folder, api, expect_sha256=snapshots.SnapshotInfo.read(folder)
+        info = await qdrant_server_snapshots.restore(folder, api, expect_sha256=snapshots.SnapshotInfo.read(folder)
                                               .manifest_sha256)
     finally:
         await api.aclose()
@@ -202,11 +202,11 @@ async def test_restore_refuses_collections_the_server_has_and_a_manifest_not_exp
     api = _api(target)
     try:
         with pytest.raises(CollectionsExist) as exists:
-            await server_snapshots.restore(folder, api)
+            await qdrant_server_snapshots.restore(folder, api)
         seen_after_exists = target.calls()
         target.seen.clear()
         with pytest.raises(SnapshotError) as mismatch:
-            await server_snapshots.restore(folder, api, expect_sha256="0" * 64)
+            await qdrant_server_snapshots.restore(folder, api, expect_sha256="0" * 64)
     finally:
         await api.aclose()
     assert (exists.value.status_code, exists.value.code) == (409, "restore_target_not_empty")
@@ -227,7 +227,7 @@ async def test_a_flipped_byte_is_refused_before_any_upload(
     api = _api(target)
     try:
         with pytest.raises(SnapshotError) as corrupt:
-            await server_snapshots.restore(folder, api)
+            await qdrant_server_snapshots.restore(folder, api)
     finally:
         await api.aclose()
     assert corrupt.value.code == "snapshot_corrupt" and "collections/other/collection.snapshot" in \
