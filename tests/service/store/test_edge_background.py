@@ -1,0 +1,232 @@
+"""Background index builds in the embedded store (service/store/edge_background.py): a real store, a real builder
+process, and a build held (``build_hold``) between its build and its catch-up, so that writes, replacements,
+deletes and a SIGKILL land while it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from service.sparse.config import SparseConfig
+from service.store.base import VectorStore
+from service.store.edge import EdgeStore
+from service.store.proxy import ProcessStore
+from service.store.types import Chunk, IndexStatus, SparseVector
+
+DIMS = 16
+THRESHOLD = 600
+
+
+def doc(doc_id: str, chunks: int, version: str) -> list[Chunk]:
+    return [Chunk(doc_id, i, f"{doc_id} {version} {i}", {"v": version, "n": i}, content_hash=version,
+                  chunk_count=chunks) for i in range(chunks)]
+
+
+def vectors_for(chunks: list[Chunk]) -> list[list[float]]:
+    seed = abs(hash(tuple((c.doc_id, c.chunk_index, c.content_hash) for c in chunks))) % (1 << 32)
+    return np.random.default_rng(seed).standard_normal((len(chunks), DIMS)).tolist()
+
+
+def sparse_for(chunks: list[Chunk]) -> list[SparseVector | None]:
+    return [SparseVector([c.chunk_index, 100 + len(c.doc_id)], [1.0, 0.5]) for c in chunks]
+
+
+class Ledger:
+    """The points every acknowledged write should have left: id -> payload."""
+
+    def __init__(self, store: VectorStore) -> None:
+        self.store = store
+        self.points: dict[str, dict[str, Any]] = {}
+
+    async def upsert(self, chunks: list[Chunk]) -> None:
+        await self.store.upsert("c", chunks, vectors_for(chunks), sparse_for(chunks))
+        self.points.update({c.id_in("c"): c.payload() for c in chunks})
+
+    async def replace(self, chunks: list[Chunk]) -> None:
+        await self.store.replace_documents("c", chunks, vectors_for(chunks), sparse_for(chunks))
+        doc_ids = {c.doc_id for c in chunks}
+        self.points = {k: v for k, v in self.points.items() if v["doc_id"] not in doc_ids}
+        self.points.update({c.id_in("c"): c.payload() for c in chunks})
+
+    async def delete(self, doc_id: str) -> None:
+        await self.store.delete_documents("c", [doc_id])
+        self.points = {k: v for k, v in self.points.items() if v["doc_id"] != doc_id}
+
+    async def check(self, store: VectorStore | None = None) -> dict[str, Any]:
+        """Every point, compared id by id and payload by payload; the stored points, by id."""
+        stored = {p.id: p async for page in (store or self.store).export_points("c") for p in page}
+        assert {k: v.payload for k, v in stored.items()} == self.points
+        return stored
+
+
+async def status(store: VectorStore) -> IndexStatus:
+    info = await store.get_collection("c")
+    assert info.index is not None
+    return info.index
+
+
+async def until(store: VectorStore, done: Callable[[IndexStatus], bool], timeout_s: float = 120.0) -> IndexStatus:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            s = await status(store)
+            if done(s):
+                return s
+            await asyncio.sleep(0.05)
+
+
+async def answers(store: VectorStore) -> list[str]:
+    hits = await store.engine_query("c", dense=[1.0] * DIMS, limit=5)
+    assert len(hits) == 5
+    return [h.doc_id for h in hits]
+
+
+async def filled(store: VectorStore) -> Ledger:
+    """A collection at its threshold: the write that reaches it starts a build, which the hold file stops."""
+    await store.create_collection("c", dimensions=DIMS, model="m", sparse=SparseConfig())
+    ledger = Ledger(store)
+    for i in range(THRESHOLD // 5 - 1):
+        await ledger.upsert(doc(f"d{i}", 5, "h1"))
+    before = await status(store)
+    assert (before.indexed, before.unindexed, before.build) == (0, THRESHOLD - 5, "idle")
+    await ledger.upsert(doc(f"d{THRESHOLD // 5 - 1}", 5, "h1"))
+    return ledger
+
+
+async def write_during_the_build(ledger: Ledger) -> None:
+    await ledger.upsert(doc("new-a", 3, "h1") + doc("new-b", 2, "h1"))
+    await ledger.replace(doc("d5", 2, "h2"))  # 5 chunks before: chunks 2-4 deleted by filter, 0-1 rewritten
+    await ledger.delete("d7")
+    await ledger.upsert(doc("d9", 5, "h3"))  # same ids, new payloads
+
+
+def open_edge(root: Path, hold: Path, **kw: Any) -> Awaitable[EdgeStore]:
+    return EdgeStore.open(root, background_build=True, build_threshold=THRESHOLD, build_hold=str(hold),
+                          write_batch=64, **kw)
+
+
+def shard_folders(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "collections" / "c").iterdir() if p.is_dir())
+
+
+async def test_writes_replacements_and_deletes_made_during_a_build_survive_its_swap(tmp_path: Path) -> None:
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    store = await open_edge(root, hold)
+    try:
+        ledger = await filled(store)
+        held = await until(store, lambda s: s.phase == "held")
+        assert held.build == "running" and held.indexed == 0  # the live shard is untouched by the build
+        assert shard_folders(root) == ["shard", "shard-1"]
+        during = await answers(store)
+        await write_during_the_build(ledger)
+        await store.ensure_tenant_index("c", "v")
+        await ledger.check()  # the live shard has every write
+        hold.unlink()
+        after = await until(store, lambda s: s.build != "running")
+        assert after.build == "idle" and after.reason is None and after.last_built == "hnsw"
+        assert after.last_ended is not None
+        assert after.indexed >= THRESHOLD - 20 and after.unindexed <= 20  # the catch-up's points only
+        assert after.indexed + after.unindexed == len(ledger.points)
+        stored = await ledger.check()
+        assert {k for k, v in ledger.points.items() if v["doc_id"] == "d5"} == {
+            c.id_in("c") for c in doc("d5", 2, "h2")}
+        assert not any(v["doc_id"] == "d7" for v in ledger.points.values())
+        d9 = doc("d9", 5, "h3")
+        assert np.allclose(stored[d9[0].id_in("c")].dense, _unit(vectors_for(d9)[0]), atol=1e-5)
+        assert stored[d9[0].id_in("c")].sparse == sparse_for(d9)[0]
+        assert len(await answers(store)) == len(during)
+        assert "metadata.v" in store._collections["c"].shard.info().payload_schema  # created during the build
+        meta = json.loads((root / "collections" / "c" / "collection.json").read_text())
+        assert meta["shard"] == "shard-1" and shard_folders(root) == ["shard-1"]
+    finally:
+        await store.aclose()
+    again = await EdgeStore.open(root)
+    try:
+        await ledger.check(again)
+        assert (await status(again)).indexed >= THRESHOLD - 20
+        assert len(await answers(again)) == 5
+    finally:
+        await again.aclose()
+
+
+async def test_a_store_killed_during_a_build_keeps_every_acknowledged_write(tmp_path: Path) -> None:
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    store = await ProcessStore.open(root, background_build=True, build_threshold=THRESHOLD, build_hold=str(hold),
+                                    write_batch=64)
+    try:
+        ledger = await filled(store)
+        await until(store, lambda s: s.phase == "held")
+        await answers(store)
+        await write_during_the_build(ledger)
+        os.kill(store._process.pid, signal.SIGKILL)
+        await asyncio.to_thread(store._process.wait, 30)
+    finally:
+        await store.aclose()
+    assert shard_folders(root) == ["shard", "shard-1"]  # the build's copy, as the kill left it
+    again = await EdgeStore.open(root)
+    try:
+        assert shard_folders(root) == ["shard"]  # the copy never swapped in is gone
+        await ledger.check(again)
+        assert len(await answers(again)) == 5
+        assert (await status(again)).build == "off"
+    finally:
+        await again.aclose()
+
+
+@pytest.mark.parametrize("change", ["int8", "delete"])
+async def test_a_build_is_given_up_when_the_quantization_changes_or_the_collection_goes(
+        tmp_path: Path, change: str) -> None:
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    store = await open_edge(root, hold)
+    try:
+        ledger = await filled(store)
+        await until(store, lambda s: s.phase == "held")
+        if change == "delete":
+            await store.delete_collection("c")
+            await asyncio.sleep(0.3)
+            assert not (root / "collections" / "c").exists()
+            return
+        await store.set_quantization("c", "int8")
+        given_up = await until(store, lambda s: s.build != "running")
+        assert given_up.build == "failed" and "quantization" in (given_up.reason or "")
+        assert shard_folders(root) == ["shard"] and given_up.indexed == 0
+        await ledger.check()
+        assert len(await answers(store)) == 5
+    finally:
+        await store.aclose()
+
+
+async def test_a_failed_builder_is_reported_and_its_copy_deleted(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.store import edge_background
+
+    # A spec whose dimensions are not the shard's: the engine refuses to load it and the builder exits 1.
+    monkeypatch.setattr(edge_background, "build_spec", lambda dims, *a: {"dimensions": dims + 1, "sparse": True,
+                                                                          "int8": False, "nice": 0})
+    root = tmp_path / "qdrant"
+    store = await open_edge(root, tmp_path / "no-hold")
+    try:
+        ledger = await filled(store)
+        failed = await until(store, lambda s: s.build != "running")
+        assert failed.build == "failed" and "builder process exited with 1" in (failed.reason or "")
+        assert shard_folders(root) == ["shard"]
+        await ledger.upsert(doc("later", 2, "h1"))  # the store goes on serving
+        await ledger.check()
+        assert len(await answers(store)) == 5
+    finally:
+        await store.aclose()
+
+
+def _unit(v: list[float]) -> list[float]:
+    a = np.asarray(v)
+    return (a / np.linalg.norm(a)).tolist()
