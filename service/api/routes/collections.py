@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from fastapi import APIRouter, Path, status
 
@@ -12,6 +12,7 @@ from service.api.schemas.collections import (
     CollectionList,
     CollectionOut,
     DocumentsUpsert,
+    IndexStatusOut,
     UpsertResult,
 )
 from service.api.schemas.errors import error_responses
@@ -31,16 +32,18 @@ DocId = Path(min_length=1, max_length=256, pattern=ID_PATTERN, description="A do
 
 
 def _out(info: CollectionInfo) -> CollectionOut:
+    index = IndexStatusOut.model_validate(asdict(info.index)) if info.index is not None else None
     return CollectionOut(name=info.name, dimensions=info.dimensions, points=info.points, model=info.model,
-                         filter_fields=info.filter_fields, sparse=info.sparse)
+                         filter_fields=info.filter_fields, sparse=info.sparse, index=index)
 
 
 async def _as_seen_by(info: CollectionInfo, principal: Principal, services: Services) -> CollectionInfo:
-    """A tenant key counts its own chunks only (how much the other tenants hold is none of its business)."""
+    """A tenant key counts its own chunks only (how much the other tenants hold is none of its business, so the
+    index's counts are left out too)."""
     scope = read_scope(principal.tenant)
     if scope is None:
         return info
-    return replace(info, points=await services.store.count(info.name, scope))
+    return replace(info, points=await services.store.count(info.name, scope), index=None)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Create a collection")
