@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from service.sparse.config import SparseConfig
+from service.store import snapshots
 from service.store.base import VectorStore
 from service.store.edge import EdgeStore
 from service.store.proxy import ProcessStore
@@ -100,11 +101,20 @@ async def filled(store: VectorStore) -> Ledger:
     return ledger
 
 
+RENORMALISED = SparseVector([7, 8], [0.25, 0.75])
+
+
 async def write_during_the_build(ledger: Ledger) -> None:
     await ledger.upsert(doc("new-a", 3, "h1") + doc("new-b", 2, "h1"))
     await ledger.replace(doc("d5", 2, "h2"))  # 5 chunks before: chunks 2-4 deleted by filter, 0-1 rewritten
     await ledger.delete("d7")
     await ledger.upsert(doc("d9", 5, "h3"))  # same ids, new payloads
+    await ledger.store.set_sparse_vectors("c", [(doc("d11", 5, "h1")[0].id_in("c"), RENORMALISED)])
+
+
+def check_renormalised(stored: dict[str, Any]) -> None:
+    assert stored[doc("d11", 5, "h1")[0].id_in("c")].sparse == RENORMALISED
+    assert stored[doc("d11", 5, "h1")[1].id_in("c")].sparse == sparse_for(doc("d11", 5, "h1"))[1]
 
 
 def open_edge(root: Path, hold: Path, **kw: Any) -> Awaitable[EdgeStore]:
@@ -142,6 +152,7 @@ async def test_writes_replacements_and_deletes_made_during_a_build_survive_its_s
         d9 = doc("d9", 5, "h3")
         assert np.allclose(stored[d9[0].id_in("c")].dense, _unit(vectors_for(d9)[0]), atol=1e-5)
         assert stored[d9[0].id_in("c")].sparse == sparse_for(d9)[0]
+        check_renormalised(stored)
         assert len(await answers(store)) == len(during)
         assert "metadata.v" in store._collections["c"].shard.info().payload_schema  # created during the build
         meta = json.loads((root / "collections" / "c" / "collection.json").read_text())
@@ -150,7 +161,7 @@ async def test_writes_replacements_and_deletes_made_during_a_build_survive_its_s
         await store.aclose()
     again = await EdgeStore.open(root)
     try:
-        await ledger.check(again)
+        check_renormalised(await ledger.check(again))
         assert (await status(again)).indexed >= THRESHOLD - 20
         assert len(await answers(again)) == 5
     finally:
@@ -175,7 +186,7 @@ async def test_a_store_killed_during_a_build_keeps_every_acknowledged_write(tmp_
     again = await EdgeStore.open(root)
     try:
         assert shard_folders(root) == ["shard"]  # the copy never swapped in is gone
-        await ledger.check(again)
+        check_renormalised(await ledger.check(again))
         assert len(await answers(again)) == 5
         assert (await status(again)).build == "off"
     finally:
@@ -230,3 +241,94 @@ async def test_a_failed_builder_is_reported_and_its_copy_deleted(tmp_path: Path,
 def _unit(v: list[float]) -> list[float]:
     a = np.asarray(v)
     return (a / np.linalg.norm(a)).tolist()
+
+
+async def test_a_store_killed_after_a_swap_serves_the_new_shard_with_every_write(tmp_path: Path) -> None:
+    root = tmp_path / "qdrant"
+    store = await ProcessStore.open(root, background_build=True, build_threshold=THRESHOLD, write_batch=64)
+    try:
+        ledger = await filled(store)
+        await until(store, lambda s: s.build == "idle" and s.last_built == "hnsw")
+        await write_during_the_build(ledger)  # after the swap: into the new shard's WAL only
+        os.kill(store._process.pid, signal.SIGKILL)
+        await asyncio.to_thread(store._process.wait, 30)
+    finally:
+        await store.aclose()
+    again = await EdgeStore.open(root)
+    try:
+        assert shard_folders(root) == ["shard-1"]
+        check_renormalised(await ledger.check(again))
+        assert (await status(again)).indexed >= THRESHOLD - 20
+        assert len(await answers(again)) == 5
+    finally:
+        await again.aclose()
+
+
+async def test_a_snapshot_taken_during_a_build_holds_the_served_shard_only(tmp_path: Path) -> None:
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    store = await open_edge(root, hold)
+    try:
+        ledger = await filled(store)
+        await until(store, lambda s: s.phase == "held")
+        await write_during_the_build(ledger)
+        during = await store.snapshot("c", tmp_path / "snaps" / "during")
+        hold.unlink()
+        await until(store, lambda s: s.build != "running")
+        after = await store.snapshot("c", tmp_path / "snaps" / "after")
+    finally:
+        await store.aclose()
+    assert sorted(p.name for p in (during.path / "collections" / "c").iterdir()) == ["collection.json", "shard"]
+    assert sorted(p.name for p in (after.path / "collections" / "c").iterdir()) == ["collection.json", "shard-1"]
+    for snap in (during, after):
+        target = tmp_path / f"restored-{snap.id}"
+        snapshots.restore(snap.path, target)
+        restored = await EdgeStore.open(target)
+        try:
+            check_renormalised(await ledger.check(restored))
+        finally:
+            await restored.aclose()
+
+
+@pytest.mark.parametrize("opener", ["in-process", "child"])
+async def test_writes_racing_the_catch_up_and_the_swap_are_all_kept(tmp_path: Path, opener: str) -> None:
+    """A writer that upserts, replaces and deletes without pause from the build's release to its end: its writes
+    land before, between and after the catch-up's rounds."""
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    kw: dict[str, Any] = {"background_build": True, "build_threshold": THRESHOLD, "build_hold": str(hold),
+                          "write_batch": 64}
+    store: VectorStore = await (EdgeStore.open(root, **kw) if opener == "in-process" else ProcessStore.open(root, **kw))
+    try:
+        ledger = await filled(store)
+        await until(store, lambda s: s.phase == "held")
+        ended = asyncio.Event()
+        written = [0]
+
+        async def writer() -> int:
+            i = 0
+            while not ended.is_set() or i < 10:
+                await ledger.upsert(doc(f"w{i}", 3, "h1"))
+                if i % 3 == 2:
+                    await ledger.delete(f"w{i - 2}")
+                    await ledger.replace(doc(f"d{i % 100}", 1 + i % 4, f"r{i}"))
+                i += 1
+                written[0] = i
+            return i
+
+        task = asyncio.create_task(writer())
+        hold.unlink()
+        after = await until(store, lambda s: s.build != "running")
+        during = written[0]
+        ended.set()
+        rounds = await task
+        assert after.build == "idle" and after.last_built == "hnsw" and rounds >= 10
+        assert during >= 3  # writes landed while the build caught up and swapped
+        await ledger.check()
+    finally:
+        await store.aclose()
+    again = await EdgeStore.open(root)
+    try:
+        await ledger.check(again)
+    finally:
+        await again.aclose()
