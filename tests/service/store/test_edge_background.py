@@ -332,3 +332,53 @@ async def test_writes_racing_the_catch_up_and_the_swap_are_all_kept(tmp_path: Pa
         await ledger.check(again)
     finally:
         await again.aclose()
+
+
+async def test_a_killed_builder_is_reported_and_the_store_goes_on(tmp_path: Path) -> None:
+    root = tmp_path / "qdrant"
+    store = await open_edge(root, tmp_path / "no-hold")
+    try:
+        ledger = await filled(store)
+        coll = store._collections["c"]
+        async with asyncio.timeout(60):
+            while True:
+                job = store._builds.job(coll)
+                if job is not None and job.process is not None:
+                    break
+                await asyncio.sleep(0.002)
+        job.process.kill()  # still starting up: its Python and the engine load take far longer than this poll
+        failed = await until(store, lambda s: s.build != "running")
+        assert failed.build == "failed" and "killed by signal 9" in (failed.reason or "")
+        assert shard_folders(root) == ["shard"] and failed.indexed == 0
+        await ledger.upsert(doc("later", 2, "h1"))
+        await ledger.check()
+        assert len(await answers(store)) == 5
+    finally:
+        await store.aclose()
+
+
+async def test_an_int8_collection_builds_int8_and_ragserve_optimize_follows_the_swapped_shard(tmp_path: Path) -> None:
+    from service.store.edge_optimize import optimize_collection
+
+    root = tmp_path / "qdrant"
+    store = await open_edge(root, tmp_path / "no-hold")
+    try:
+        await store.create_collection("c", dimensions=DIMS, model="m", sparse=SparseConfig())
+        await store.set_quantization("c", "int8")
+        ledger = Ledger(store)
+        for i in range(THRESHOLD // 5):
+            await ledger.upsert(doc(f"d{i}", 5, "h1"))
+        built = await until(store, lambda s: s.build != "running")
+        assert built.build == "idle" and built.last_built == "int8" and built.indexed >= THRESHOLD - 20
+        await ledger.upsert(doc("late", 3, "h1"))
+    finally:
+        await store.aclose()
+    assert shard_folders(root) == ["shard-1"]
+    done = optimize_collection(root, "c", progress=lambda line: None)
+    assert done["mode"] == "int8" and done["points"] == len(ledger.points)
+    again = await EdgeStore.open(root)
+    try:
+        await ledger.check(again)
+        assert len(await answers(again)) == 5
+    finally:
+        await again.aclose()
