@@ -332,6 +332,16 @@ class EdgeStore(VectorStore):
         coll = self._get(name)
         return replace(coll.info, points=await self.count(name), index=await self._builds.status(coll))
 
+    async def build_index(self, name: str) -> CollectionInfo:
+        """Start a background build now, whatever the threshold or the switch say (an operator asked for it),
+        where points are unindexed and none runs (:mod:`service.store.edge_background`)."""
+        coll = self._get(name)
+        info = await self.get_collection(name)
+        if info.index is not None and info.index.unindexed > 0 and self._builds.job(coll) is None:
+            self._builds.start(coll)
+            return await self.get_collection(name)
+        return info
+
     async def delete_collection(self, name: str) -> None:
         coll = self._get(name)
         async with coll.write_lock:
