@@ -136,9 +136,10 @@ class EdgeStore(VectorStore):
         self._collections: dict[str, _Collection] = {}
         self._create_lock = asyncio.Lock()
         self._lock_file: Any = None
-        self._builds = Builds(self._run, root=root, enabled=background_build, threshold=build_threshold,
-                              nice=build_nice, min_free=min_free_bytes, search_threads=self._search_threads,
-                              batch=write_batch, hold=Path(build_hold) if build_hold else None)
+        self._builds = Builds(self._run, self._run_unbounded, root=root, enabled=background_build,
+                              threshold=build_threshold, nice=build_nice, min_free=min_free_bytes,
+                              search_threads=self._search_threads, batch=write_batch,
+                              hold=Path(build_hold) if build_hold else None)
 
     # --- opening and closing -------------------------------------------------------------------------
 
@@ -270,6 +271,13 @@ class EdgeStore(VectorStore):
         if self._inline:
             return self._call(name, fn)
         return await self._in_pool(lambda: self._call(name, fn))
+
+    async def _run_unbounded(self, name: str | None, fn: Callable[[], T]) -> T:
+        """:meth:`_run` without its slot and deadline: for a background build's calls that grow with the shard
+        (see :class:`~service.store.edge_background.Builds`), in the pool where the store is not inline."""
+        if self._inline:
+            return self._call(name, fn)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: self._call(name, fn))
 
     def _call(self, name: str | None, fn: Callable[[], T]) -> T:
         """One engine call on this thread (the loop's, or a pool thread for :meth:`_run`), its errors translated."""

@@ -109,9 +109,14 @@ class Builds:
     """The background builds of one store. ``hold`` (tests only): while that file exists, a built copy waits
     before its catch-up, so that a test can write, delete and kill the store at that point."""
 
-    def __init__(self, run: Run[Any], *, root: Path, enabled: bool, threshold: int, nice: int, min_free: int,
-                 search_threads: int, batch: int, hold: Path | None = None) -> None:
+    def __init__(self, run: Run[Any], long_run: Run[Any], *, root: Path, enabled: bool, threshold: int, nice: int,
+                 min_free: int, search_threads: int, batch: int, hold: Path | None = None) -> None:
         self._run = run
+        self._long_run = long_run
+        """For the calls whose length grows with the shard (load, flush, close): no deadline, since a call cut off
+        by one would go on in its thread over a folder the build then deletes."""
+        self._one_at_a_time = asyncio.Semaphore(1)
+        """Builds run one after the other: each needs a copy of its shard on disk and a builder's memory."""
         self._root = root
         self.enabled = enabled
         self._threshold = threshold
@@ -206,8 +211,9 @@ class Builds:
         name = coll.info.name
         record = self._records.setdefault(name, BuildRecord())
         try:
-            await self._copy(job)
-            built = await self._run_builder(job)
+            job.phase = "queued"
+            async with self._one_at_a_time:
+                built = await self._copied_and_built(job)
             job.phase = "held"
             while self._hold is not None and self._hold.exists():
                 self._check(job)
@@ -228,6 +234,12 @@ class Builds:
             if self._jobs.get(name) is job:  # last: a build reported ended has left nothing behind
                 del self._jobs[name]
 
+    async def _copied_and_built(self, job: BuildJob) -> str:
+        self._check(job)
+        job.phase = "copying"
+        await self._copy(job)
+        return await self._run_builder(job)
+
     def _check(self, job: BuildJob) -> None:
         if job.coll.closed:
             raise BuildGivenUp("the collection was deleted")
@@ -241,7 +253,7 @@ class Builds:
         async with coll.write_lock:
             self._check(job)
             live = coll.folder / coll.shard_dir
-            await self._run(coll.info.name, coll.shard.flush)
+            await self._long_run(coll.info.name, coll.shard.flush)
             need = await asyncio.to_thread(_allocated_bytes, [live])
             try:
                 check_free_space(self._root, self._min_free, need)
@@ -270,7 +282,7 @@ class Builds:
         name = coll.info.name
         job.phase = "catching up"
         config = _config(coll.info.dimensions, coll.info.sparse is not None, search_threads=self._search_threads)
-        new: qe.EdgeShard | None = await self._run(name, lambda: qe.EdgeShard.load(str(job.folder), config))
+        new: qe.EdgeShard | None = await self._long_run(name, lambda: qe.EdgeShard.load(str(job.folder), config))
         assert new is not None
         try:
             await self._catch_up(coll, new, job.take())  # writes go on meanwhile, and are recorded again
@@ -279,14 +291,14 @@ class Builds:
                 await self._catch_up(coll, new, job.take())
                 for f in sorted(coll.tenant_fields):
                     await self._run(name, lambda f=f: _tenant_index(new, f))
-                await self._run(name, new.flush)
+                await self._long_run(name, new.flush)
                 await self._point_to(coll, job.folder.name)
                 old, old_dir = coll.shard, coll.shard_dir
                 coll.shard, coll.shard_dir, new = new, job.folder.name, None
         finally:
             if new is not None:
-                await self._run(name, new.close)
-        await self._run(name, old.close)
+                await self._long_run(name, new.close)
+        await self._long_run(name, old.close)
         await asyncio.to_thread(shutil.rmtree, coll.folder / old_dir, True)
 
     async def _point_to(self, coll: _Collection, shard_dir: str) -> None:

@@ -101,7 +101,8 @@ class IndexStatus:
     build: str = "idle"
     """``idle``, ``running``, ``failed`` (the last build did not finish: ``reason`` says why) or ``off``."""
     phase: str | None = None
-    """While running: ``copying``, ``building``, ``held`` (tests only), ``catching up``."""
+    """While running: ``queued`` (another collection's build runs), ``copying``, ``building``, ``held`` (tests
+    only), ``catching up``."""
     reason: str | None = None
     """Why the last build was given up."""
     last_ended: str | None = None

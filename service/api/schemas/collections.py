@@ -58,7 +58,8 @@ class IndexStatusOut(BaseModel):
                            "start one (RAGSERVE_QDRANT__EDGE_BUILD_THRESHOLD).")
     build: Literal["idle", "running", "failed", "off"] = Field(
         description="Background builds: idle, running, failed (the last one was given up: see reason) or off.")
-    phase: str | None = Field(None, description="While running: copying, building or catching up.")
+    phase: str | None = Field(None, description="While running: queued (behind another collection's build), "
+                                             "copying, building or catching up.")
     reason: str | None = Field(None, description="Why the last build was given up.")
     last_ended: str | None = Field(None, description="When the last build swapped in ended (ISO 8601, UTC).")
     last_built: str | None = Field(None, description="What the last build built: hnsw or int8.")

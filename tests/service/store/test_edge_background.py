@@ -43,13 +43,14 @@ def sparse_for(chunks: list[Chunk]) -> list[SparseVector | None]:
 class Ledger:
     """The points every acknowledged write should have left: id -> payload."""
 
-    def __init__(self, store: VectorStore) -> None:
+    def __init__(self, store: VectorStore, name: str = "c") -> None:
         self.store = store
+        self.name = name
         self.points: dict[str, dict[str, Any]] = {}
 
     async def upsert(self, chunks: list[Chunk]) -> None:
-        await self.store.upsert("c", chunks, vectors_for(chunks), sparse_for(chunks))
-        self.points.update({c.id_in("c"): c.payload() for c in chunks})
+        await self.store.upsert(self.name, chunks, vectors_for(chunks), sparse_for(chunks))
+        self.points.update({c.id_in(self.name): c.payload() for c in chunks})
 
     async def replace(self, chunks: list[Chunk]) -> None:
         await self.store.replace_documents("c", chunks, vectors_for(chunks), sparse_for(chunks))
@@ -63,21 +64,22 @@ class Ledger:
 
     async def check(self, store: VectorStore | None = None) -> dict[str, Any]:
         """Every point, compared id by id and payload by payload; the stored points, by id."""
-        stored = {p.id: p async for page in (store or self.store).export_points("c") for p in page}
+        stored = {p.id: p async for page in (store or self.store).export_points(self.name) for p in page}
         assert {k: v.payload for k, v in stored.items()} == self.points
         return stored
 
 
-async def status(store: VectorStore) -> IndexStatus:
-    info = await store.get_collection("c")
+async def status(store: VectorStore, name: str = "c") -> IndexStatus:
+    info = await store.get_collection(name)
     assert info.index is not None
     return info.index
 
 
-async def until(store: VectorStore, done: Callable[[IndexStatus], bool], timeout_s: float = 120.0) -> IndexStatus:
+async def until(store: VectorStore, done: Callable[[IndexStatus], bool], timeout_s: float = 120.0,
+                name: str = "c") -> IndexStatus:
     async with asyncio.timeout(timeout_s):
         while True:
-            s = await status(store)
+            s = await status(store, name)
             if done(s):
                 return s
             await asyncio.sleep(0.05)
@@ -382,3 +384,29 @@ async def test_an_int8_collection_builds_int8_and_ragserve_optimize_follows_the_
         assert len(await answers(again)) == 5
     finally:
         await again.aclose()
+
+
+async def test_builds_of_two_collections_run_one_after_the_other_and_both_swap(tmp_path: Path) -> None:
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    store = await open_edge(root, hold)
+    try:
+        ledgers = []
+        for name in ("a", "b"):
+            await store.create_collection(name, dimensions=DIMS, model="m", sparse=SparseConfig())
+            ledger = Ledger(store, name)
+            for i in range(THRESHOLD // 5):
+                await ledger.upsert(doc(f"{name}{i}", 5, "h1"))
+            ledgers.append(ledger)
+        phases = {(await status(store, "a")).phase, (await status(store, "b")).phase}
+        assert "queued" in phases or phases == {"held"}  # b waits for a's copy and builder
+        for name in ("a", "b"):
+            await until(store, lambda s: s.phase == "held", name=name)
+            await ledgers[0 if name == "a" else 1].upsert(doc(f"{name}-late", 2, "h1"))
+        hold.unlink()
+        for name, ledger in zip(("a", "b"), ledgers, strict=True):
+            done = await until(store, lambda s: s.build != "running", name=name)
+            assert done.build == "idle" and done.last_built == "hnsw"
+            await ledger.check()
+    finally:
+        await store.aclose()
