@@ -19,8 +19,10 @@ from service.sparse.config import SparseConfig
 from service.store import snapshots
 from service.store.base import VectorStore
 from service.store.edge import EdgeStore
+from service.store.errors import StoreError
 from service.store.proxy import ProcessStore
 from service.store.types import Chunk, IndexStatus, SparseVector
+from tests.support.waiting import until_async
 
 DIMS = 16
 THRESHOLD = 600
@@ -410,3 +412,41 @@ async def test_builds_of_two_collections_run_one_after_the_other_and_both_swap(t
             await ledger.check()
     finally:
         await store.aclose()
+
+
+async def test_the_store_owner_builds_for_its_peers_and_a_sigkill_mid_build_loses_nothing(tmp_path: Path) -> None:
+    """``serve --workers N``: the owner runs the builds; one peer fills, the other writes during the build, the
+    owner is SIGKILLed while it is held, and its restart (the folder's leftover copy removed) has every write."""
+    from service.store.owner import StoreOwner
+
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    owner = StoreOwner(root, {"background_build": True, "build_threshold": THRESHOLD, "build_hold": str(hold),
+                              "write_batch": 64})
+    await asyncio.to_thread(owner.start)
+    try:
+        a = await ProcessStore.attach(root, owner.socket)
+        b = await ProcessStore.attach(root, owner.socket)
+        ledger = await filled(a)
+        await until(b, lambda s: s.phase == "held")
+        ledger.store = b
+        await write_during_the_build(ledger)
+        first = owner.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+
+        async def answered() -> int | None:
+            try:
+                return await b.count("c")
+            except StoreError:
+                return None
+
+        assert await until_async(answered, "the next owner answers the same peer", 120) == len(ledger.points)
+        assert owner.pid != first
+        assert shard_folders(root) == ["shard"]
+        check_renormalised(await ledger.check(b))
+        assert len(await answers(b)) == 5
+        await a.aclose()
+        await b.aclose()
+    finally:
+        await asyncio.to_thread(owner.stop)
