@@ -508,10 +508,11 @@ class EdgeStore(VectorStore):
 
     async def _save_info(self, coll: _Collection, info: CollectionInfo) -> CollectionInfo:
         """Write a collection's settings to its ``collection.json`` (atomically), then serve them."""
-        meta = collection_meta(info, coll.shard_dir)
         self.check_space(SMALL_WRITE_BYTES)
-        await self._run(info.name, lambda: _write_json(coll.folder / "collection.json", meta))
-        coll.info = info
+        async with coll.meta_lock:
+            meta = collection_meta(info, coll.shard_dir)
+            await self._run(info.name, lambda: _write_json(coll.folder / "collection.json", meta))
+            coll.info = info
         return info
 
     async def scroll_texts(self, name: str, page_size: int = 512) -> AsyncIterator[list[tuple[str, str]]]:

@@ -292,9 +292,9 @@ class Builds:
                 for f in sorted(coll.tenant_fields):
                     await self._run(name, lambda f=f: _tenant_index(new, f))
                 await self._long_run(name, new.flush)
-                await self._point_to(coll, job.folder.name)
                 old, old_dir = coll.shard, coll.shard_dir
-                coll.shard, coll.shard_dir, new = new, job.folder.name, None
+                await self._point_to(coll, job.folder.name)
+                coll.shard, new = new, None
         finally:
             if new is not None:
                 await self._long_run(name, new.close)
@@ -302,16 +302,18 @@ class Builds:
         await asyncio.to_thread(shutil.rmtree, coll.folder / old_dir, True)
 
     async def _point_to(self, coll: _Collection, shard_dir: str) -> None:
-        """Name ``shard_dir`` in ``collection.json``: the swap's commit point. Where the write fails after its
-        rename (the folder's fsync), the old name is written back, so the file never names a copy that is then
-        deleted."""
+        """Name ``shard_dir`` in ``collection.json`` (the swap's commit point) with the settings as they are, and
+        in ``coll``. Where the write fails after its rename (the folder's fsync), the old name is written back,
+        so the file never names a copy that is then deleted."""
         path = coll.folder / "collection.json"
-        try:
-            await self._run(coll.info.name, lambda: write_json(path, collection_meta(coll.info, shard_dir)))
-        except BaseException:
-            with suppress(Exception):
-                write_json(path, collection_meta(coll.info, coll.shard_dir))
-            raise
+        async with coll.meta_lock:
+            try:
+                await self._long_run(coll.info.name, lambda: write_json(path, collection_meta(coll.info, shard_dir)))
+            except BaseException:
+                with suppress(Exception):
+                    write_json(path, collection_meta(coll.info, coll.shard_dir))
+                raise
+            coll.shard_dir = shard_dir
 
     async def _catch_up(self, coll: _Collection, new: qe.EdgeShard, ids: list[str]) -> None:
         """Make each of ``ids`` in ``new`` what it is in the live shard. A write records its ids after it applied,

@@ -48,6 +48,9 @@ class _Collection:
     shard_dir: str = "shard"
     """The folder of the shard being served: ``shard``, or the one a background build swapped in
     (:mod:`service.store.edge_background`), as ``collection.json`` names it."""
+    meta_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while ``collection.json`` is written: a settings change (no write lock) and a build's swap both
+    rewrite it, and neither may put back what the other just changed (the shard folder, the settings)."""
 
 
 def collection_meta(info: CollectionInfo, shard_dir: str) -> dict[str, Any]:

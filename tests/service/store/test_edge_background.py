@@ -450,3 +450,39 @@ async def test_the_store_owner_builds_for_its_peers_and_a_sigkill_mid_build_lose
         await b.aclose()
     finally:
         await asyncio.to_thread(owner.stop)
+
+
+async def test_settings_changed_while_a_build_swaps_keep_both_the_settings_and_the_new_shard(tmp_path: Path) -> None:
+    """``collection.json`` holds the settings and names the shard: a settings change racing the swap's rewrite
+    must leave the last settings and the shard served (else a restart would look for a deleted folder)."""
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    store = await open_edge(root, hold)
+    try:
+        ledger = await filled(store)
+        await until(store, lambda s: s.phase == "held")
+        done = asyncio.Event()
+        last = [""]
+
+        async def change_settings() -> None:
+            i = 0
+            while not done.is_set() or i < 5:
+                last[0] = f"export-{i}"
+                await store.set_importing("c", last[0])
+                i += 1
+
+        task = asyncio.create_task(change_settings())
+        hold.unlink()
+        await until(store, lambda s: s.build != "running")
+        done.set()
+        await task
+        meta = json.loads((root / "collections" / "c" / "collection.json").read_text())
+        assert (meta["shard"], meta["importing"]) == ("shard-1", last[0])
+    finally:
+        await store.aclose()
+    again = await EdgeStore.open(root)
+    try:
+        assert (await again.describe("c")).importing == last[0]
+        await ledger.check(again)
+    finally:
+        await again.aclose()
