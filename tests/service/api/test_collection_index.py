@@ -8,13 +8,18 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import httpx
+import pytest
+
+from service import cli
 from service.api.routes.collections import _out
 from service.api.schemas.collections import IndexStatusOut
 from service.auth.keys import sha256_hex
 from service.config.keys import ApiKeyEntry
 from service.store.types import CollectionInfo, IndexStatus
-from tests.support.app import app_client
+from tests.support.app import API_KEY, app_client
 from tests.support.scripted_embed import ScriptedEmbedder, scripted_settings, vector_base64
+from tests.support.server import live_server
 
 READ_KEY = "read-key-0123456789abcdef"
 
@@ -70,3 +75,25 @@ async def _until_built(client: Any) -> dict[str, Any]:
             if index["build"] != "running":
                 return index
             await asyncio.sleep(0.05)
+
+
+def test_ragserve_optimize_online_builds_through_the_running_api(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    settings = scripted_settings(tmp_path / "data")
+    settings.qdrant.edge_process = False
+    settings.api_key_hashes = [ApiKeyEntry(id="reader", sha256=sha256_hex(READ_KEY), scopes=["read"])]
+    texts = [f"line {i} about ferries" for i in range(30)]
+    with live_server(settings, transports={"embedding": ScriptedEmbedder().transport}) as url:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120) as http:
+            assert http.post("/v1/collections", json={"name": "kb"}).status_code == 201
+            docs = [{"id": f"l{i}", "text": t, "vector_base64": vector_base64(t)} for i, t in enumerate(texts)]
+            assert http.post("/v1/collections/kb/documents", json={"documents": docs}).is_success
+        cli.main(["optimize", "kb", "--online", "--url", url, "--api-key", API_KEY])
+        done = capsys.readouterr().out
+        with pytest.raises(SystemExit) as refused:
+            cli.main(["optimize", "kb", "--online", "--url", url, "--api-key", READ_KEY])
+        with pytest.raises(SystemExit) as int8:
+            cli.main(["optimize", "kb", "--online", "--int8", "--url", url, "--api-key", API_KEY])
+    assert done.startswith("kb: 30 points indexed, 0 searched exactly; last built hnsw at ")
+    assert refused.value.code == 1 and "insufficient_scope" in capsys.readouterr().err
+    assert "--int8 is for the offline optimize" in str(int8.value.code)
