@@ -227,7 +227,9 @@ class Builds:
             if not coll.closed:
                 log.warning("background build of %s given up: %s", name, reason[:300])
                 record.failed = reason[:500]
-                record.failed_at_points = (await self._counts(coll))[0] if not coll.closed else 0
+                # A failure (the builder, the disk) is retried once as many points again came in; a build given
+                # up for a change (the quantization) starts again on the next write past the threshold.
+                record.failed_at_points = 0 if job.given_up else (await self._counts(coll))[0]
         finally:
             if job.folder.name != coll.shard_dir:
                 await asyncio.to_thread(shutil.rmtree, job.folder, True)

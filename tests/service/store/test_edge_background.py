@@ -217,6 +217,11 @@ async def test_a_build_is_given_up_when_the_quantization_changes_or_the_collecti
         assert shard_folders(root) == ["shard"] and given_up.indexed == 0
         await ledger.check()
         assert len(await answers(store)) == 5
+        hold.unlink()
+        await ledger.upsert(doc("after", 1, "h1"))  # the next write past the threshold builds what is asked now
+        rebuilt = await until(store, lambda s: s.build != "running")
+        assert (rebuilt.build, rebuilt.last_built, rebuilt.reason) == ("idle", "int8", None)
+        await ledger.check()
     finally:
         await store.aclose()
 
