@@ -21,6 +21,7 @@ ROUTE_SCOPES: dict[tuple[str, str], frozenset[Scope]] = {
     ("GET", "/v1/collections/{name}"): ANY,
     ("POST", "/v1/collections"): ADMIN,
     ("DELETE", "/v1/collections/{name}"): ADMIN,
+    ("POST", "/v1/collections/{name}/index"): ADMIN,
     ("POST", "/v1/collections/{name}/documents"): WRITE,
     ("DELETE", "/v1/collections/{name}/documents/{doc_id:path}"): WRITE,
     ("POST", "/v1/collections/{name}/documents/delete"): WRITE,

@@ -217,6 +217,25 @@ def cmd_snapshot(args: argparse.Namespace) -> None:
         print(f"ragserve: left out {broken.path}: {broken.message} ({broken.code})", file=sys.stderr)
 
 
+def cmd_optimize_online(args: argparse.Namespace) -> None:
+    """``ragserve optimize COLLECTION --online``: the running API builds the index in the background while it
+    serves; this polls the collection until the build ended and says how."""
+    import time
+
+    with connect(args) as client:
+        index = client.build_index(args.collection).index or {}
+        while index.get("build") == "running":
+            time.sleep(0.5)
+            index = client.get_collection(args.collection).index or {}
+    if not index:
+        print(f"{args.collection}: the store indexes by itself (a Qdrant server): nothing to start")
+        return
+    if index.get("build") == "failed":
+        raise SystemExit(f"ragserve: the build of {args.collection} was given up: {index.get('reason')}")
+    built = f"; last built {index['last_built']} at {index['last_ended']}" if index.get("last_built") else ""
+    print(f"{args.collection}: {index['indexed']} points indexed, {index['unindexed']} searched exactly{built}")
+
+
 def cmd_eval(args: argparse.Namespace) -> None:
     from service.evaluation.dataset import BeirDataset
     from service.evaluation.run import evaluate_service, format_table

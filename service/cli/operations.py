@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from service.cli.client import add_api_options
 from service.cli.settings import add_settings_options, settings_of
 from service.config import Settings
 
@@ -117,6 +118,14 @@ def cmd_optimize(args: argparse.Namespace) -> None:
     from service.store.edge_optimize import optimize_collection
     from service.store.errors import CollectionNotFound
 
+    if args.online:
+        from service.cli.client import cmd_optimize_online
+
+        if args.int8:
+            raise SystemExit("ragserve: --int8 is for the offline optimize (the store closed); a running service's "
+                             "builds follow the collection's quantization")
+        cmd_optimize_online(args)
+        return
     settings = settings_of(args)
     if settings.qdrant.url:
         raise SystemExit("ragserve optimize is for the embedded store; a Qdrant server optimizes by itself")
@@ -232,6 +241,10 @@ def add_optimize(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                         "rescored with the float ones (2.8x less CPU than exact search at 100k x 1024; "
                         "docs/store-benchmark.md); the collection stays int8 for later optimizes")
     p.add_argument("--data-dir", type=Path, default=None)
+    p.add_argument("--online", action="store_true",
+                   help="ask the running API to build it in the background while it serves (an admin key), and wait "
+                        "for the build to end (docs/background-builds.md)")
+    add_api_options(p)
     p.set_defaults(func=cmd_optimize)
 
 

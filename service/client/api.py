@@ -105,6 +105,12 @@ class ClientBase:
         return Collection.model_validate((yield from self._json(Call("GET", f"/v1/collections/{_name(name)}"))))
 
     @operation
+    def build_index(self, name: str) -> Operation[Collection]:
+        """Start building the collection's index in the background (embedded store; an admin key): the answer's
+        ``index`` says a build runs, and :meth:`get_collection`'s says when it ended and how."""
+        return Collection.model_validate((yield from self._json(Call("POST", f"/v1/collections/{_name(name)}/index"))))
+
+    @operation
     def create_collection(self, name: str, *, dimensions: int | None = None,
                           filter_fields: Mapping[str, str] | None = None,
                           sparse: bool | Mapping[str, Any] = True) -> Operation[Collection]:

@@ -23,6 +23,8 @@ class Collection(_Model):
     model: str | None = None
     filter_fields: dict[str, str] = Field(default_factory=dict)
     sparse: dict[str, Any] | None = None
+    index: dict[str, Any] | None = None
+    """The embedded store's index and background builds, when one collection is described."""
 
 
 class SnapshotCollection(_Model):

@@ -55,6 +55,20 @@ class QdrantSettings(BaseModel):
         64, ge=0, description="Embedded store: free space kept on the data disk; a write that would go below it is "
         "refused with 507 store_full (the engine's memory-mapped files would crash the process on a full disk).",
     )
+    edge_build: bool = Field(
+        True, description="Embedded store: build a collection's index (HNSW, or int8 once it is int8) in the "
+        "background while it serves, once edge_build_threshold of its points are unindexed: a copy of its shard is "
+        "built by a process of its own, caught up with the writes made meanwhile and swapped in "
+        "(docs/background-builds.md). false: only `ragserve optimize`, with the store closed, builds.",
+    )
+    edge_build_threshold: int = Field(
+        20_000, ge=1, description="Embedded store: unindexed points (written since the last build) that start a "
+        "background build.",
+    )
+    edge_build_nice: int = Field(
+        10, ge=0, le=19, description="Embedded store: the niceness added to a background build's process, so the "
+        "serving process keeps the CPU it needs.",
+    )
     shard_number: int | None = Field(None, description="Shards per new collection (server; default: Qdrant's).")
     replication_factor: int | None = Field(None, description="Copies of each shard (a Qdrant cluster).")
     write_consistency_factor: int | None = Field(None, description="Replicas that must ack a write.")

@@ -179,6 +179,11 @@ class VectorStore(ABC):
         backend's (the embedded store: the next ``ragserve optimize``, with the store closed)."""
         raise ValueError(f"the {self.backend} store does not record a quantization ({quantization!r})")
 
+    async def build_index(self, name: str) -> CollectionInfo:
+        """Start building the collection's index now, in the background, and describe it (its ``index`` says a
+        build runs). A Qdrant server indexes on its own: there, the description only."""
+        return await self.get_collection(name)
+
     @abstractmethod
     async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
         """Replace the sparse vector of existing points (their dense vector and payload stay)."""

@@ -5,8 +5,9 @@ Layout under the store folder (``<data dir>/qdrant`` by default)::
     ragserve-store.json             marker: layout and engine versions (service/store/layout.py; a folder
                                     without it is not ours: refused, never touched)
     .lock                           held (flock) by the one process that has the store open
-    collections/<name>/collection.json   dimensions, model, filter fields, BM25 settings
-    collections/<name>/shard/            one EdgeShard: segments + write-ahead log
+    collections/<name>/collection.json   dimensions, model, filter fields, BM25 settings; the shard folder
+                                         served, where a background build swapped in another ("shard": "shard-3")
+    collections/<name>/shard/            one EdgeShard: segments + write-ahead log (or shard-<n>/)
 
 Concurrency. The Edge binding holds the GIL for the whole of each call, so a long call freezes every
 Python thread, the event loop included. Hence:
@@ -17,8 +18,8 @@ Python thread, the event loop included. Hence:
   other requests and heartbeats run between slices;
 - one writer at a time per shard (an ``asyncio.Lock``), readers never wait for writers;
 - ``optimize()`` (the HNSW build or the int8 quantization, seconds to minutes with the GIL held) never runs in
-  a serving process: ``ragserve optimize [--int8]`` runs it in its own process, and refuses while the store is
-  open elsewhere.
+  a serving process: a background build (:mod:`service.store.edge_background`) runs it on a copy of the shard in
+  a process of its own, and ``ragserve optimize [--int8]`` runs it in its own process while the store is closed.
 
 Durability: the engine writes a WAL before it acknowledges an update, and replays it on load, so an
 acknowledged write survives a SIGKILL; :meth:`EdgeStore.flush` (job end, shutdown) persists segments.
@@ -53,6 +54,7 @@ from service.sparse.config import SparseConfig, SparseStats
 from service.store import snapshots
 from service.store.atomic import write_json as _write_json
 from service.store.base import VectorStore, check_vectors
+from service.store.edge_background import Builds, is_shard_folder, remove_leftovers
 from service.store.edge_convert import _rows, _stored, to_edge
 from service.store.edge_shard import (
     _Collection,
@@ -63,6 +65,7 @@ from service.store.edge_shard import (
     _idf_params,
     _tenant_index,
     _upsert,
+    collection_meta,
     search_pool_size,
 )
 from service.store.edge_space import (
@@ -110,9 +113,12 @@ class EdgeStore(VectorStore):
 
     def __init__(self, root: Path, *, max_concurrency: int = 8, timeout_s: float = 10.0, threads: int = 2,
                  search_threads: int = 0, write_batch: int = 128, hnsw_ef: int = 256, int8_oversampling: float = 2.0,
-                 min_free_bytes: int = 64 << 20, inline: bool = False) -> None:
+                 min_free_bytes: int = 64 << 20, inline: bool = False, background_build: bool = False,
+                 build_threshold: int = 20_000, build_nice: int = 10, build_hold: str | None = None) -> None:
         """Use :meth:`open` (it takes the folder's lock and loads every collection). ``search_threads``: the
-        engine's search pool per collection, 0 for :func:`search_pool_size`'s rule."""
+        engine's search pool per collection, 0 for :func:`search_pool_size`'s rule. ``background_build``: index a
+        collection in the background once ``build_threshold`` of its points are unindexed
+        (:mod:`service.store.edge_background`; ``build_hold`` is for tests only)."""
         self.root = root
         self._search_threads = search_threads or search_pool_size()
         self._inline = inline
@@ -130,6 +136,10 @@ class EdgeStore(VectorStore):
         self._collections: dict[str, _Collection] = {}
         self._create_lock = asyncio.Lock()
         self._lock_file: Any = None
+        self._builds = Builds(self._run, self._run_unbounded, root=root, enabled=background_build,
+                              threshold=build_threshold, nice=build_nice, min_free=min_free_bytes,
+                              search_threads=self._search_threads, batch=write_batch,
+                              hold=Path(build_hold) if build_hold else None)
 
     # --- opening and closing -------------------------------------------------------------------------
 
@@ -154,17 +164,21 @@ class EdgeStore(VectorStore):
                 continue
             meta = json.loads(meta_path.read_text())
             info = CollectionInfo.from_metadata(folder.name, int(meta["dimensions"]), 0, meta)
+            active = str(meta.get("shard") or "shard")
+            for leftover in remove_leftovers(folder, active):
+                log.warning("removed %s/%s: an interrupted background build's", folder.name, leftover)
             # With a config, for the search pool's size (the engine stores it in the shard, so an open without it
             # keeps the last one); its vectors are the ones the shard was created with (the engine checks them),
             # and what is left None keeps what the shard has (its quantization, its optimizers).
-            shard = qe.EdgeShard.load(str(folder / "shard"), _config(
+            shard = qe.EdgeShard.load(str(folder / active), _config(
                 info.dimensions, info.sparse is not None, search_threads=self._search_threads))
-            self._collections[folder.name] = _Collection(info, shard, folder)
+            self._collections[folder.name] = _Collection(info, shard, folder, shard_dir=active)
 
     async def aclose(self) -> None:
         """Flush and close every shard; on a disk below its reserve, close without flushing (the WAL holds
         every acknowledged write and replays it on the next load)."""
         loop = asyncio.get_running_loop()
+        await self._builds.aclose()
         for name in list(self._collections):
             coll = self._collections.pop(name)
             async with coll.write_lock:
@@ -222,7 +236,7 @@ class EdgeStore(VectorStore):
                 need = await asyncio.to_thread(_allocated_bytes, [c.folder for c in colls])
                 check_free_space(folder, self._min_free, need)
                 await asyncio.to_thread(snapshots.copy_store_files, self.root, MARKER, [c.folder for c in colls],
-                                        folder)
+                                        folder, _not_served(colls))
             engine = {"name": ENGINE, "version": engine_version()}
             return await asyncio.to_thread(snapshots.seal, folder, dest, backend=self.backend, engine=engine,
                                            counts=counts, marker=MARKER)
@@ -257,6 +271,13 @@ class EdgeStore(VectorStore):
         if self._inline:
             return self._call(name, fn)
         return await self._in_pool(lambda: self._call(name, fn))
+
+    async def _run_unbounded(self, name: str | None, fn: Callable[[], T]) -> T:
+        """:meth:`_run` without its slot and deadline: for a background build's calls that grow with the shard
+        (see :class:`~service.store.edge_background.Builds`), in the pool where the store is not inline."""
+        if self._inline:
+            return self._call(name, fn)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: self._call(name, fn))
 
     def _call(self, name: str | None, fn: Callable[[], T]) -> T:
         """One engine call on this thread (the loop's, or a pool thread for :meth:`_run`), its errors translated."""
@@ -317,7 +338,17 @@ class EdgeStore(VectorStore):
 
     async def get_collection(self, name: str) -> CollectionInfo:
         coll = self._get(name)
-        return replace(coll.info, points=await self.count(name))
+        return replace(coll.info, points=await self.count(name), index=await self._builds.status(coll))
+
+    async def build_index(self, name: str) -> CollectionInfo:
+        """Start a background build now, whatever the threshold or the switch say (an operator asked for it),
+        where points are unindexed and none runs (:mod:`service.store.edge_background`)."""
+        coll = self._get(name)
+        info = await self.get_collection(name)
+        if info.index is not None and info.index.unindexed > 0 and self._builds.job(coll) is None:
+            self._builds.start(coll)
+            return await self.get_collection(name)
+        return info
 
     async def delete_collection(self, name: str) -> None:
         coll = self._get(name)
@@ -325,6 +356,7 @@ class EdgeStore(VectorStore):
             if coll.closed:
                 raise CollectionNotFound(name)
             coll.closed = True
+            self._builds.forget(coll)
             self._collections.pop(name, None)
             await asyncio.get_running_loop().run_in_executor(self._pool, _drop, coll)
 
@@ -343,13 +375,30 @@ class EdgeStore(VectorStore):
                 part = (chunks[start:end], vectors[start:end], sparse[start:end] if sparse is not None else None)
                 self.check_space(_write_bytes(*part))
                 await self._run(name, lambda part=part: _upsert(coll.shard, name, *part))
+                self._builds.touched(coll, [c.id_in(name) for c in part[0]])
+        await self._builds.after_write(coll)
 
     async def delete(self, name: str, where: Filter) -> None:
         coll = self._get(name)
         op = qe.UpdateOperation.delete_points_by_filter(to_edge(where))
         async with coll.write_lock:
             self.check_space(SMALL_WRITE_BYTES)
+            # During a build, the ids this delete matches are recorded so the built copy drops them too.
+            matched = await self._ids(name, coll, where) if self._builds.job(coll) is not None else []
             await self._run(name, lambda: coll.shard.update(op))
+            self._builds.touched(coll, matched)
+
+    async def _ids(self, name: str, coll: _Collection, where: Filter, page_size: int = 2048) -> list[str]:
+        flt = to_edge(where)
+        ids: list[str] = []
+        offset: Any = None
+        while True:
+            request = qe.ScrollRequest(offset=offset, limit=page_size, filter=flt, with_payload=False,
+                                       with_vector=False)
+            records, offset = await self._run(name, lambda request=request: coll.shard.scroll(request))
+            ids.extend(str(r.id) for r in records)
+            if offset is None:
+                return ids
 
     async def scroll_states(self, name: str, where: Filter | None, page_size: int = 2048) -> dict[str, DocState]:
         coll = self._get(name)
@@ -459,10 +508,11 @@ class EdgeStore(VectorStore):
 
     async def _save_info(self, coll: _Collection, info: CollectionInfo) -> CollectionInfo:
         """Write a collection's settings to its ``collection.json`` (atomically), then serve them."""
-        meta = {"dimensions": info.dimensions, **info.metadata()}
         self.check_space(SMALL_WRITE_BYTES)
-        await self._run(info.name, lambda: _write_json(coll.folder / "collection.json", meta))
-        coll.info = info
+        async with coll.meta_lock:
+            meta = collection_meta(info, coll.shard_dir)
+            await self._run(info.name, lambda: _write_json(coll.folder / "collection.json", meta))
+            coll.info = info
         return info
 
     async def scroll_texts(self, name: str, page_size: int = 512) -> AsyncIterator[list[tuple[str, str]]]:
@@ -497,6 +547,8 @@ class EdgeStore(VectorStore):
         if quantization not in self.quantizations:
             return await super().set_quantization(name, quantization)
         coll = self._get(name)
+        if coll.info.quantization != quantization:  # a build under way builds what the old setting said
+            self._builds.give_up(coll, "the collection's quantization changed during the build")
         return await self._save_info(coll, replace(coll.info, quantization=quantization))
 
     async def set_sparse_vectors(self, name: str, vectors: Sequence[tuple[str, SparseVector]]) -> None:
@@ -510,3 +562,12 @@ class EdgeStore(VectorStore):
                 ])
                 self.check_space(WRITE_COPIES * sum(64 + 8 * len(v.indices) for _, v in part))
                 await self._run(name, lambda op=op: coll.shard.update(op))
+                self._builds.touched(coll, [pid for pid, _ in part])
+
+
+def _not_served(colls: Sequence[_Collection]) -> Callable[[str, list[str]], list[str]]:
+    """A copy's ``ignore``: the shard folders of these collections that are not served (a build's copy)."""
+    served = {str(c.folder / c.shard_dir) for c in colls}
+    folders = {str(c.folder) for c in colls}
+    return lambda folder, names: [n for n in names if folder in folders and is_shard_folder(n)
+                                  and f"{folder}/{n}" not in served]

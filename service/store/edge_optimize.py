@@ -61,7 +61,8 @@ def optimize_collection(root: Path, name: str, *, int8: bool = False,
             meta["quantization"] = INT8
             _write_json(folder / "collection.json", meta)
         every_segment = qe.EdgeOptimizersConfig(indexing_threshold=INDEXING_THRESHOLD_KB)
-        shard = qe.EdgeShard.load(str(folder / "shard"), _config(dims, has_sparse, every_segment, int8=int8))
+        shard = qe.EdgeShard.load(str(folder / str(meta.get("shard") or "shard")),
+                                  _config(dims, has_sparse, every_segment, int8=int8))
         try:
             points = shard.info().points_count
             what = "int8 scalar quantization, a full scan without a graph" if int8 else "HNSW graph"

@@ -45,6 +45,20 @@ class _Collection:
     closed: bool = False
     tenant_fields: set[str] = field(default_factory=set)
     """Fields known to have their ``is_tenant`` index (read from the shard on first use)."""
+    shard_dir: str = "shard"
+    """The folder of the shard being served: ``shard``, or the one a background build swapped in
+    (:mod:`service.store.edge_background`), as ``collection.json`` names it."""
+    meta_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while ``collection.json`` is written: a settings change (no write lock) and a build's swap both
+    rewrite it, and neither may put back what the other just changed (the shard folder, the settings)."""
+
+
+def collection_meta(info: CollectionInfo, shard_dir: str) -> dict[str, Any]:
+    """What ``collection.json`` holds: the settings, and the shard folder where it is not the first one."""
+    meta: dict[str, Any] = {"dimensions": info.dimensions, **info.metadata()}
+    if shard_dir != "shard":
+        meta["shard"] = shard_dir
+    return meta
 
 
 def _create_shard(folder: Path, info: CollectionInfo, search_threads: int) -> qe.EdgeShard:

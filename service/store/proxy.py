@@ -248,6 +248,9 @@ class ProcessStore(VectorStore):
     async def get_collection(self, name: str) -> CollectionInfo:
         return await self._run("get_collection", name)
 
+    async def build_index(self, name: str) -> CollectionInfo:
+        return await self._run("build_index", name)
+
     async def delete_collection(self, name: str) -> None:
         try:
             await self._run("delete_collection", name)

@@ -41,6 +41,7 @@ import logging
 import os
 import secrets
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -143,11 +144,13 @@ def staging(dest: Path) -> Path:
     return folder
 
 
-def copy_store_files(root: Path, marker: str, folders: list[Path], into: Path) -> None:
-    """Copy the marker and these collection folders (``collection.json`` and the shard) of the store ``root``."""
+def copy_store_files(root: Path, marker: str, folders: list[Path], into: Path,
+                     ignore: Callable[[str, list[str]], list[str]] | None = None) -> None:
+    """Copy the marker and these collection folders (``collection.json`` and the shard) of the store ``root``;
+    ``ignore`` as ``shutil.copytree`` takes it."""
     shutil.copy2(root / marker, into / marker)
     for folder in folders:
-        shutil.copytree(folder, into / folder.relative_to(root), copy_function=copy_sparse)
+        shutil.copytree(folder, into / folder.relative_to(root), copy_function=copy_sparse, ignore=ignore)
 
 
 def seal(folder: Path, dest: Path, *, backend: str, engine: dict[str, str], counts: dict[str, int],

@@ -91,6 +91,27 @@ class DocState:
 
 
 @dataclass(frozen=True)
+class IndexStatus:
+    """A collection's index, as the embedded store's background builds see it (``docs/background-builds.md``)."""
+
+    indexed: int
+    """Points whose dense vector is in an indexed (HNSW or int8) segment."""
+    unindexed: int
+    """Points searched exactly: written since the last build, or below the build threshold."""
+    build: str = "idle"
+    """``idle``, ``running``, ``failed`` (the last build did not finish: ``reason`` says why) or ``off``."""
+    phase: str | None = None
+    """While running: ``queued`` (another collection's build runs), ``copying``, ``building``, ``held`` (tests
+    only), ``catching up``."""
+    reason: str | None = None
+    """Why the last build was given up."""
+    last_ended: str | None = None
+    """When the last build that was swapped in ended (ISO 8601, UTC)."""
+    last_built: str | None = None
+    """What it built: ``hnsw`` or ``int8``."""
+
+
+@dataclass(frozen=True)
 class CollectionInfo:
     name: str
     dimensions: int
@@ -109,6 +130,8 @@ class CollectionInfo:
     importing: str | None = None
     """The export id of an import still under way (``service.transfer``): set before its first point is written,
     cleared after its last; a collection that holds it is incomplete (searches answer 409)."""
+    index: IndexStatus | None = None
+    """Embedded store, from :meth:`~service.store.base.VectorStore.get_collection` only: its index and builds."""
 
     def metadata(self) -> dict[str, Any]:
         """What is stored beside the collection (the engine keeps dimensions itself)."""

@@ -125,3 +125,12 @@ def test_store_threads_bench_measures_each_pool_size_with_the_same_answer() -> N
 
     rows = bench_store_threads.measure(300, 8, 20)
     assert [(r["pool"], r["first"]) for r in rows] == [("engine default", 7), (1, 7), (2, 7)]
+
+
+async def test_background_build_bench_measures_a_build_to_its_swap(tmp_path: Path) -> None:
+    """``bench_background_build`` runs its loop until the build swapped in, and reports each phase's stall."""
+    from tests.bench import bench_background_build
+
+    row = await bench_background_build.measure(1200, 8, build=True, seconds=120, root=tmp_path / "qdrant")
+    assert row["last_built"] == "hnsw" and row["indexed"] >= 1200 and row["searches"] >= 1
+    assert {"copying", "building"} <= set(row["max_stall_ms"]) or "started" in row["max_stall_ms"]

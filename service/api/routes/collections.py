@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from fastapi import APIRouter, Path, status
 
@@ -12,6 +12,7 @@ from service.api.schemas.collections import (
     CollectionList,
     CollectionOut,
     DocumentsUpsert,
+    IndexStatusOut,
     UpsertResult,
 )
 from service.api.schemas.errors import error_responses
@@ -31,16 +32,18 @@ DocId = Path(min_length=1, max_length=256, pattern=ID_PATTERN, description="A do
 
 
 def _out(info: CollectionInfo) -> CollectionOut:
+    index = IndexStatusOut.model_validate(asdict(info.index)) if info.index is not None else None
     return CollectionOut(name=info.name, dimensions=info.dimensions, points=info.points, model=info.model,
-                         filter_fields=info.filter_fields, sparse=info.sparse)
+                         filter_fields=info.filter_fields, sparse=info.sparse, index=index)
 
 
 async def _as_seen_by(info: CollectionInfo, principal: Principal, services: Services) -> CollectionInfo:
-    """A tenant key counts its own chunks only (how much the other tenants hold is none of its business)."""
+    """A tenant key counts its own chunks only (how much the other tenants hold is none of its business, so the
+    index's counts are left out too)."""
     scope = read_scope(principal.tenant)
     if scope is None:
         return info
-    return replace(info, points=await services.store.count(info.name, scope))
+    return replace(info, points=await services.store.count(info.name, scope), index=None)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Create a collection")
@@ -74,6 +77,15 @@ async def list_collections(services: ServicesDep, principal: PrincipalDep) -> Co
 @router.get("/{name}", summary="Describe a collection")
 async def get_collection(services: ServicesDep, principal: PrincipalDep, name: str = CollectionName) -> CollectionOut:
     return _out(await _as_seen_by(await services.store.get_collection(name), principal, services))
+
+
+@router.post("/{name}/index", status_code=status.HTTP_202_ACCEPTED,
+             summary="Build the collection's index now, in the background")
+async def build_index(services: ServicesDep, name: str = CollectionName) -> CollectionOut:
+    """Embedded store: start a background build of the collection's index (HNSW, or int8 for an int8 collection)
+    whatever RAGSERVE_QDRANT__EDGE_BUILD_THRESHOLD says; searches and writes go on. Poll
+    `GET /v1/collections/{name}` for its `index`. A Qdrant server indexes on its own: the description only."""
+    return _out(await services.store.build_index(name))
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, summary="Delete a collection and its points")

@@ -50,6 +50,21 @@ class CollectionCreate(RequestModel):
     )
 
 
+class IndexStatusOut(BaseModel):
+    """The embedded store's index of a collection and its background builds (docs/background-builds.md)."""
+
+    indexed: int = Field(description="Points whose dense vector is in an indexed (HNSW or int8) segment.")
+    unindexed: int = Field(description="Points searched exactly: written since the last build, or too few to "
+                           "start one (RAGSERVE_QDRANT__EDGE_BUILD_THRESHOLD).")
+    build: Literal["idle", "running", "failed", "off"] = Field(
+        description="Background builds: idle, running, failed (the last one was given up: see reason) or off.")
+    phase: str | None = Field(None, description="While running: queued (behind another collection's build), "
+                                             "copying, building or catching up.")
+    reason: str | None = Field(None, description="Why the last build was given up.")
+    last_ended: str | None = Field(None, description="When the last build swapped in ended (ISO 8601, UTC).")
+    last_built: str | None = Field(None, description="What the last build built: hnsw or int8.")
+
+
 class CollectionOut(BaseModel):
     name: str
     dimensions: int
@@ -57,6 +72,8 @@ class CollectionOut(BaseModel):
     model: str | None = Field(description="Embedding model the collection was created for.")
     filter_fields: dict[str, str]
     sparse: SparseConfig | None = Field(None, description="BM25 settings, when sparse vectors are stored.")
+    index: IndexStatusOut | None = Field(
+        None, description="Embedded store, when one collection is described: its index and background builds.")
 
 
 class CollectionList(BaseModel):

@@ -12,7 +12,7 @@ from tests.support.app import API_KEY, app_client
 
 PROTECTED = [
     ("GET", "/ready"), ("GET", "/metrics"), ("GET", "/v1/collections"), ("POST", "/v1/collections"),
-    ("GET", "/v1/collections/{name}"), ("DELETE", "/v1/collections/{name}"),
+    ("GET", "/v1/collections/{name}"), ("DELETE", "/v1/collections/{name}"), ("POST", "/v1/collections/{name}/index"),
     ("POST", "/v1/collections/{name}/documents"), ("DELETE", "/v1/collections/{name}/documents/{doc_id:path}"),
     ("POST", "/v1/collections/{name}/documents/delete"),
     ("POST", "/v1/collections/{name}/ingest"),
@@ -109,7 +109,8 @@ async def test_every_route_for_every_scope(minilm_settings: Settings) -> None:
         ("POST", "/v2/rerank"), ("GET", "/mcp"), ("POST", "/mcp"), ("DELETE", "/mcp")}
     assert {(m, p) for s, m, p in granted if s == "admin"} == {
         ("GET", "/ready"), ("GET", "/metrics"), ("GET", "/v1/collections"), ("GET", "/v1/collections/{name}"),
-        ("POST", "/v1/collections"), ("DELETE", "/v1/collections/{name}"), ("GET", "/v1/jobs"),
+        ("POST", "/v1/collections"), ("DELETE", "/v1/collections/{name}"), ("POST", "/v1/collections/{name}/index"),
+        ("GET", "/v1/jobs"),
         ("GET", "/v1/jobs/{job_id}"), ("DELETE", "/v1/jobs/{job_id}"), ("POST", "/v1/admin/snapshots"),
         ("GET", "/v1/admin/snapshots"), ("GET", "/v1/collections/{name}/export"),
         ("POST", "/v1/collections/{name}/import")}

@@ -20,9 +20,12 @@ async def test_collection_lifecycle(minilm_settings: Settings) -> None:
     assert created.json() == {"name": "notes", "dimensions": 384, "points": 0,
                               "model": "sentence-transformers/all-MiniLM-L6-v2", "filter_fields": {"lang": "keyword"},
                               "sparse": {"encoder": "qdrant", "language": "english", "lowercase": True,
-                                         "stemming": True, "stopwords": True, "k1": 1.2, "b": 0.75, "avg_len": None}}
+                                         "stemming": True, "stopwords": True, "k1": 1.2, "b": 0.75, "avg_len": None},
+                              "index": None}
     assert [c["name"] for c in listed.json()["collections"]] == ["notes"]
     assert one.json()["points"] == 2
+    assert one.json()["index"] == {"indexed": 0, "unindexed": 2, "build": "idle", "phase": None, "reason": None,
+                                   "last_ended": None, "last_built": None}
     assert one.json()["sparse"]["avg_len"] == 1.0  # estimated from the first documents: one term each
     assert deleted.status_code == 204
     assert gone.status_code == 404 and again.status_code == 404

@@ -1,0 +1,352 @@
+"""Background index builds: the embedded store indexes a collection while it serves it.
+
+Qdrant Edge has no background optimizer, and its ``optimize`` holds the GIL from start to end, so it cannot run in
+the store's process. A build therefore copies the shard and builds the copy in a process of its own, then catches
+the copy up with what was written meanwhile and swaps it in:
+
+1. copy: with the collection's write lock held (writes wait, searches go on), flush the shard and copy its
+   folder to ``collections/<name>/shard-<n>/``. From the job's start on, every write records the ids it touched
+   (:meth:`Builds.touched`): the ids an upsert wrote, the ids a delete by filter matched (read before the delete),
+   the ids whose sparse vector was rewritten. Ids only, so the journal stays small.
+2. build: ``python -m service.store.edge_build`` (niced) indexes the copy and exits 0; the store awaits it without
+   blocking its loop.
+3. catch up: the built copy is loaded here, and each touched id is made equal to the live shard's point (copied
+   with its vectors and payload, or deleted where the live shard no longer has it): once without the lock, then,
+   with the lock held, for the ids touched since. A delete or a replacement made during the build is therefore
+   kept: a point deleted in the live shard is deleted in the copy, whatever the copy held.
+4. swap: with the lock still held, tenant indexes created meanwhile are created on the copy, the copy is flushed,
+   ``collection.json`` is rewritten (atomically) to name it, and the in-memory shard is switched; the old folder
+   is deleted afterwards. ``collection.json`` is the commit point: after a crash, :func:`remove_leftovers` deletes
+   every shard folder it does not name, so a restart serves the old shard or the new one, never a mix, and every
+   acknowledged write is in whichever it names (the old one's WAL, or the copy, flushed before the switch).
+
+A build is given up (its copy deleted, the reason in :class:`~service.store.types.IndexStatus`) when its builder
+fails or is killed, the disk has no room for the copy, the collection is deleted, or its quantization changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import shutil
+import sys
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+import qdrant_edge as qe
+
+from service.store.atomic import write_json
+from service.store.edge_build import build_spec
+from service.store.edge_optimize import _dense_indexed
+from service.store.edge_shard import _Collection, _config, _tenant_index, collection_meta
+from service.store.edge_space import WRITE_COPIES, _allocated_bytes, check_free_space
+from service.store.errors import StoreFull
+from service.store.files import copy_sparse
+from service.store.types import INT8, SPARSE, IndexStatus
+
+log = logging.getLogger("ragserve.store")
+T = TypeVar("T")
+Run = Callable[[str | None, Callable[[], T]], Awaitable[T]]
+
+FIRST_SHARD = "shard"
+"""The shard folder of a collection whose ``collection.json`` names none (every collection before its first
+background build)."""
+BUILD_PREFIX = "shard-"
+
+
+def is_shard_folder(name: str) -> bool:
+    return name == FIRST_SHARD or name.startswith(BUILD_PREFIX)
+
+
+def remove_leftovers(folder: Path, active: str) -> list[str]:
+    """Delete the shard folders of ``folder`` that ``collection.json`` does not name: a build interrupted before its
+    swap, or the old shard of a swap interrupted before its deletion."""
+    removed = []
+    for p in sorted(folder.iterdir()):
+        if p.is_dir() and is_shard_folder(p.name) and p.name != active:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p.name)
+    return removed
+
+
+class BuildGivenUp(Exception):
+    """A build that will not be swapped in; its message is the reason the status shows."""
+
+
+@dataclass(eq=False)
+class BuildJob:
+    coll: _Collection
+    folder: Path
+    int8: bool
+    touched: set[str] = field(default_factory=set)
+    phase: str = "copying"
+    given_up: str | None = None
+    process: asyncio.subprocess.Process | None = None
+    task: asyncio.Task[None] | None = None
+
+    def take(self) -> list[str]:
+        ids, self.touched = self.touched, set()
+        return sorted(ids)
+
+
+@dataclass
+class BuildRecord:
+    """The last build's outcome, per collection, for as long as the store is open."""
+
+    failed: str | None = None
+    failed_at_points: int = 0
+    last_ended: str | None = None
+    last_built: str | None = None
+
+
+class Builds:
+    """The background builds of one store. ``hold`` (tests only): while that file exists, a built copy waits
+    before its catch-up, so that a test can write, delete and kill the store at that point."""
+
+    def __init__(self, run: Run[Any], long_run: Run[Any], *, root: Path, enabled: bool, threshold: int, nice: int,
+                 min_free: int, search_threads: int, batch: int, hold: Path | None = None) -> None:
+        self._run = run
+        self._long_run = long_run
+        """For the calls whose length grows with the shard (load, flush, close): no deadline, since a call cut off
+        by one would go on in its thread over a folder the build then deletes."""
+        self._one_at_a_time = asyncio.Semaphore(1)
+        """Builds run one after the other: each needs a copy of its shard on disk and a builder's memory."""
+        self._root = root
+        self.enabled = enabled
+        self._threshold = threshold
+        self._nice = nice
+        self._min_free = min_free
+        self._search_threads = search_threads
+        self._batch = batch
+        self._hold = hold
+        self._jobs: dict[str, BuildJob] = {}
+        self._records: dict[str, BuildRecord] = {}
+        self._numbers = itertools.count(1)
+
+    # --- what the store's writes tell it ----------------------------------------------------------------
+
+    def job(self, coll: _Collection) -> BuildJob | None:
+        job = self._jobs.get(coll.info.name)
+        return job if job is not None and job.coll is coll else None
+
+    def touched(self, coll: _Collection, ids: Iterable[str]) -> None:
+        """Record ids a write changed (call it after the write applied: see :meth:`_catch_up`)."""
+        job = self.job(coll)
+        if job is not None:
+            job.touched.update(ids)
+
+    def give_up(self, coll: _Collection, reason: str) -> None:
+        job = self.job(coll)
+        if job is None:
+            return
+        job.given_up = job.given_up or reason
+        if job.process is not None and job.process.returncode is None:
+            job.process.kill()
+
+    def forget(self, coll: _Collection) -> None:
+        """The collection was deleted: give its build up and drop its record."""
+        self.give_up(coll, "the collection was deleted")
+        self._records.pop(coll.info.name, None)
+
+    async def after_write(self, coll: _Collection) -> None:
+        """Start a build when the collection's unindexed points reached the threshold and none runs."""
+        if not self.enabled or coll.closed or self.job(coll) is not None:
+            return
+        # First a bound from the shard's info alone (its indexed count also holds every sparse vector, at most
+        # one per point): the exact count of sparse vectors is a scan, run only near the threshold.
+        points, raw = await self._run(coll.info.name, lambda: _info_counts(coll.shard))
+        if points - raw + (points if coll.info.sparse is not None else 0) < self._threshold:
+            return
+        record = self._records.get(coll.info.name)
+        if record is not None and record.failed and points < record.failed_at_points + self._threshold:
+            return  # failed at about this size: try again once as many points again came in
+        points, indexed = await self._counts(coll)
+        if points - indexed >= self._threshold:
+            self.start(coll)
+
+    def start(self, coll: _Collection) -> BuildJob:
+        n = next(self._numbers)
+        while (coll.folder / f"{BUILD_PREFIX}{n}").exists():
+            n = next(self._numbers)
+        job = BuildJob(coll, coll.folder / f"{BUILD_PREFIX}{n}", coll.info.quantization == INT8)
+        self._jobs[coll.info.name] = job
+        job.task = asyncio.get_running_loop().create_task(self._build(job))
+        return job
+
+    async def status(self, coll: _Collection) -> IndexStatus:
+        points, indexed = await self._counts(coll)
+        record = self._records.get(coll.info.name) or BuildRecord()
+        job = self.job(coll)
+        state = "running" if job is not None else "failed" if record.failed else "idle" if self.enabled else "off"
+        return IndexStatus(indexed=indexed, unindexed=points - indexed, build=state,
+                           phase=job.phase if job is not None else None, reason=record.failed,
+                           last_ended=record.last_ended, last_built=record.last_built)
+
+    async def aclose(self) -> None:
+        """Give every build up (their copies deleted) and wait for them to end."""
+        jobs = list(self._jobs.values())
+        for job in jobs:
+            self.give_up(job.coll, "the store closed")
+        await asyncio.gather(*(j.task for j in jobs if j.task is not None), return_exceptions=True)
+
+    # --- one build ---------------------------------------------------------------------------------------
+
+    async def _counts(self, coll: _Collection) -> tuple[int, int]:
+        sparse = coll.info.sparse is not None
+
+        def counts() -> tuple[int, int]:
+            info = coll.shard.info()
+            return info.points_count, _dense_indexed(coll.shard, info.indexed_vectors_count, info.points_count,
+                                                     sparse)
+        return await self._run(coll.info.name, counts)
+
+    async def _build(self, job: BuildJob) -> None:
+        coll = job.coll
+        name = coll.info.name
+        record = self._records.setdefault(name, BuildRecord())
+        try:
+            job.phase = "queued"
+            async with self._one_at_a_time:
+                built = await self._copied_and_built(job)
+            job.phase = "held"
+            while self._hold is not None and self._hold.exists():
+                self._check(job)
+                await asyncio.sleep(0.02)
+            await self._swap(job)
+            record.failed = None
+            record.last_ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            record.last_built = built
+        except Exception as exc:  # noqa: BLE001 - a build that fails leaves the store serving as it was
+            reason = str(exc) if isinstance(exc, BuildGivenUp) else f"{type(exc).__name__}: {exc}"
+            if not coll.closed:
+                log.warning("background build of %s given up: %s", name, reason[:300])
+                record.failed = reason[:500]
+                # A failure (the builder, the disk) is retried once as many points again came in; a build given
+                # up for a change (the quantization) starts again on the next write past the threshold.
+                record.failed_at_points = 0 if job.given_up else (await self._counts(coll))[0]
+        finally:
+            if job.folder.name != coll.shard_dir:
+                await asyncio.to_thread(shutil.rmtree, job.folder, True)
+            if self._jobs.get(name) is job:  # last: a build reported ended has left nothing behind
+                del self._jobs[name]
+
+    async def _copied_and_built(self, job: BuildJob) -> str:
+        self._check(job)
+        job.phase = "copying"
+        await self._copy(job)
+        return await self._run_builder(job)
+
+    def _check(self, job: BuildJob) -> None:
+        if job.coll.closed:
+            raise BuildGivenUp("the collection was deleted")
+        if (job.coll.info.quantization == INT8) != job.int8:
+            job.given_up = job.given_up or "the collection's quantization changed during the build"
+        if job.given_up:
+            raise BuildGivenUp(job.given_up)
+
+    async def _copy(self, job: BuildJob) -> None:
+        coll = job.coll
+        async with coll.write_lock:
+            self._check(job)
+            live = coll.folder / coll.shard_dir
+            await self._long_run(coll.info.name, coll.shard.flush)
+            need = await asyncio.to_thread(_allocated_bytes, [live])
+            try:
+                check_free_space(self._root, self._min_free, need)
+            except StoreFull as exc:
+                raise BuildGivenUp(f"no room for the build's copy of the shard: {exc.message}") from exc
+            await asyncio.to_thread(shutil.copytree, live, job.folder, copy_function=copy_sparse)
+
+    async def _run_builder(self, job: BuildJob) -> str:
+        job.phase = "building"
+        info = job.coll.info
+        spec = build_spec(info.dimensions, info.sparse is not None, job.int8, self._nice)
+        job.process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "service.store.edge_build", str(job.folder), json.dumps(spec),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await job.process.communicate()
+        self._check(job)
+        status = job.process.returncode
+        if status != 0:
+            how = f"was killed by signal {-status}" if status is not None and status < 0 else f"exited with {status}"
+            last = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
+            raise BuildGivenUp(f"the builder process {how}: {last[0]}".rstrip(": "))
+        return str(json.loads(out.decode().strip().splitlines()[-1])["built"])
+
+    async def _swap(self, job: BuildJob) -> None:
+        coll = job.coll
+        name = coll.info.name
+        job.phase = "catching up"
+        config = _config(coll.info.dimensions, coll.info.sparse is not None, search_threads=self._search_threads)
+        new: qe.EdgeShard | None = await self._long_run(name, lambda: qe.EdgeShard.load(str(job.folder), config))
+        assert new is not None
+        try:
+            await self._catch_up(coll, new, job.take())  # writes go on meanwhile, and are recorded again
+            async with coll.write_lock:
+                self._check(job)
+                await self._catch_up(coll, new, job.take())
+                for f in sorted(coll.tenant_fields):
+                    await self._run(name, lambda f=f: _tenant_index(new, f))
+                await self._long_run(name, new.flush)
+                old, old_dir = coll.shard, coll.shard_dir
+                await self._point_to(coll, job.folder.name)
+                coll.shard, new = new, None
+        finally:
+            if new is not None:
+                await self._long_run(name, new.close)
+        await self._long_run(name, old.close)
+        await asyncio.to_thread(shutil.rmtree, coll.folder / old_dir, True)
+
+    async def _point_to(self, coll: _Collection, shard_dir: str) -> None:
+        """Name ``shard_dir`` in ``collection.json`` (the swap's commit point) with the settings as they are, and
+        in ``coll``. Where the write fails after its rename (the folder's fsync), the old name is written back,
+        so the file never names a copy that is then deleted."""
+        path = coll.folder / "collection.json"
+        async with coll.meta_lock:
+            try:
+                await self._long_run(coll.info.name, lambda: write_json(path, collection_meta(coll.info, shard_dir)))
+            except BaseException:
+                with suppress(Exception):
+                    write_json(path, collection_meta(coll.info, coll.shard_dir))
+                raise
+            coll.shard_dir = shard_dir
+
+    async def _catch_up(self, coll: _Collection, new: qe.EdgeShard, ids: list[str]) -> None:
+        """Make each of ``ids`` in ``new`` what it is in the live shard. A write records its ids after it applied,
+        so an id read here before a write applied is recorded again and copied in the next round."""
+        name = coll.info.name
+        for start in range(0, len(ids), self._batch):
+            part = ids[start:start + self._batch]
+            records = await self._run(name, lambda part=part: coll.shard.retrieve(part, True, True))
+            live = {str(r.id) for r in records}
+            gone = [i for i in part if i not in live]
+            try:
+                check_free_space(self._root, self._min_free, WRITE_COPIES * len(part) * (4 * coll.info.dimensions
+                                                                                        + 4096))
+            except StoreFull as exc:
+                raise BuildGivenUp(f"no room to catch the build up: {exc.message}") from exc
+            ops = [qe.UpdateOperation.upsert_points([qe.Point(r.id, _vectors(r), r.payload) for r in records])
+                   ] if records else []
+            if gone:
+                ops.append(qe.UpdateOperation.delete_points(gone))
+            for op in ops:
+                await self._run(name, lambda op=op: new.update(op))
+
+
+def _info_counts(shard: qe.EdgeShard) -> tuple[int, int]:
+    info = shard.info()
+    return info.points_count, info.indexed_vectors_count
+
+
+def _vectors(record: Any) -> dict[str, Any]:
+    vectors = dict(record.vector or {})
+    if SPARSE in vectors and vectors[SPARSE] is not None:
+        s = vectors[SPARSE]
+        vectors[SPARSE] = qe.SparseVector(list(s.indices), list(s.values))
+    return vectors

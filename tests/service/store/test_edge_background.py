@@ -1,0 +1,493 @@
+"""Background index builds in the embedded store (service/store/edge_background.py): a real store, a real builder
+process, and a build held (``build_hold``) between its build and its catch-up, so that writes, replacements,
+deletes and a SIGKILL land while it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from service.sparse.config import SparseConfig
+from service.store import snapshots
+from service.store.base import VectorStore
+from service.store.edge import EdgeStore
+from service.store.errors import StoreError
+from service.store.proxy import ProcessStore
+from service.store.types import Chunk, IndexStatus, SparseVector
+from tests.support.waiting import until_async
+
+DIMS = 16
+THRESHOLD = 600
+
+
+def doc(doc_id: str, chunks: int, version: str) -> list[Chunk]:
+    return [Chunk(doc_id, i, f"{doc_id} {version} {i}", {"v": version, "n": i}, content_hash=version,
+                  chunk_count=chunks) for i in range(chunks)]
+
+
+def vectors_for(chunks: list[Chunk]) -> list[list[float]]:
+    seed = abs(hash(tuple((c.doc_id, c.chunk_index, c.content_hash) for c in chunks))) % (1 << 32)
+    return np.random.default_rng(seed).standard_normal((len(chunks), DIMS)).tolist()
+
+
+def sparse_for(chunks: list[Chunk]) -> list[SparseVector | None]:
+    return [SparseVector([c.chunk_index, 100 + len(c.doc_id)], [1.0, 0.5]) for c in chunks]
+
+
+class Ledger:
+    """The points every acknowledged write should have left: id -> payload."""
+
+    def __init__(self, store: VectorStore, name: str = "c") -> None:
+        self.store = store
+        self.name = name
+        self.points: dict[str, dict[str, Any]] = {}
+
+    async def upsert(self, chunks: list[Chunk]) -> None:
+        await self.store.upsert(self.name, chunks, vectors_for(chunks), sparse_for(chunks))
+        self.points.update({c.id_in(self.name): c.payload() for c in chunks})
+
+    async def replace(self, chunks: list[Chunk]) -> None:
+        await self.store.replace_documents("c", chunks, vectors_for(chunks), sparse_for(chunks))
+        doc_ids = {c.doc_id for c in chunks}
+        self.points = {k: v for k, v in self.points.items() if v["doc_id"] not in doc_ids}
+        self.points.update({c.id_in("c"): c.payload() for c in chunks})
+
+    async def delete(self, doc_id: str) -> None:
+        await self.store.delete_documents("c", [doc_id])
+        self.points = {k: v for k, v in self.points.items() if v["doc_id"] != doc_id}
+
+    async def check(self, store: VectorStore | None = None) -> dict[str, Any]:
+        """Every point, compared id by id and payload by payload; the stored points, by id."""
+        stored = {p.id: p async for page in (store or self.store).export_points(self.name) for p in page}
+        assert {k: v.payload for k, v in stored.items()} == self.points
+        return stored
+
+
+async def status(store: VectorStore, name: str = "c") -> IndexStatus:
+    info = await store.get_collection(name)
+    assert info.index is not None
+    return info.index
+
+
+async def until(store: VectorStore, done: Callable[[IndexStatus], bool], timeout_s: float = 120.0,
+                name: str = "c") -> IndexStatus:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            s = await status(store, name)
+            if done(s):
+                return s
+            await asyncio.sleep(0.05)
+
+
+async def answers(store: VectorStore) -> list[str]:
+    hits = await store.engine_query("c", dense=[1.0] * DIMS, limit=5)
+    assert len(hits) == 5
+    return [h.doc_id for h in hits]
+
+
+async def filled(store: VectorStore) -> Ledger:
+    """A collection at its threshold: the write that reaches it starts a build, which the hold file stops."""
+    await store.create_collection("c", dimensions=DIMS, model="m", sparse=SparseConfig())
+    ledger = Ledger(store)
+    for i in range(THRESHOLD // 5 - 1):
+        await ledger.upsert(doc(f"d{i}", 5, "h1"))
+    before = await status(store)
+    assert (before.indexed, before.unindexed, before.build) == (0, THRESHOLD - 5, "idle")
+    await ledger.upsert(doc(f"d{THRESHOLD // 5 - 1}", 5, "h1"))
+    return ledger
+
+
+RENORMALISED = SparseVector([7, 8], [0.25, 0.75])
+
+
+async def write_during_the_build(ledger: Ledger) -> None:
+    await ledger.upsert(doc("new-a", 3, "h1") + doc("new-b", 2, "h1"))
+    await ledger.replace(doc("d5", 2, "h2"))  # 5 chunks before: chunks 2-4 deleted by filter, 0-1 rewritten
+    await ledger.delete("d7")
+    await ledger.upsert(doc("d9", 5, "h3"))  # same ids, new payloads
+    await ledger.store.set_sparse_vectors("c", [(doc("d11", 5, "h1")[0].id_in("c"), RENORMALISED)])
+
+
+def check_renormalised(stored: dict[str, Any]) -> None:
+    assert stored[doc("d11", 5, "h1")[0].id_in("c")].sparse == RENORMALISED
+    assert stored[doc("d11", 5, "h1")[1].id_in("c")].sparse == sparse_for(doc("d11", 5, "h1"))[1]
+
+
+def open_edge(root: Path, hold: Path, **kw: Any) -> Awaitable[EdgeStore]:
+    return EdgeStore.open(root, background_build=True, build_threshold=THRESHOLD, build_hold=str(hold),
+                          write_batch=64, **kw)
+
+
+def shard_folders(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "collections" / "c").iterdir() if p.is_dir())
+
+
+async def test_writes_replacements_and_deletes_made_during_a_build_survive_its_swap(tmp_path: Path) -> None:
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    store = await open_edge(root, hold)
+    try:
+        ledger = await filled(store)
+        held = await until(store, lambda s: s.phase == "held")
+        assert held.build == "running" and held.indexed == 0  # the live shard is untouched by the build
+        assert shard_folders(root) == ["shard", "shard-1"]
+        during = await answers(store)
+        await write_during_the_build(ledger)
+        await store.ensure_tenant_index("c", "v")
+        await ledger.check()  # the live shard has every write
+        hold.unlink()
+        after = await until(store, lambda s: s.build != "running")
+        assert after.build == "idle" and after.reason is None and after.last_built == "hnsw"
+        assert after.last_ended is not None
+        assert after.indexed >= THRESHOLD - 20 and after.unindexed <= 20  # the catch-up's points only
+        assert after.indexed + after.unindexed == len(ledger.points)
+        stored = await ledger.check()
+        assert {k for k, v in ledger.points.items() if v["doc_id"] == "d5"} == {
+            c.id_in("c") for c in doc("d5", 2, "h2")}
+        assert not any(v["doc_id"] == "d7" for v in ledger.points.values())
+        d9 = doc("d9", 5, "h3")
+        assert np.allclose(stored[d9[0].id_in("c")].dense, _unit(vectors_for(d9)[0]), atol=1e-5)
+        assert stored[d9[0].id_in("c")].sparse == sparse_for(d9)[0]
+        check_renormalised(stored)
+        assert len(await answers(store)) == len(during)
+        assert "metadata.v" in store._collections["c"].shard.info().payload_schema  # created during the build
+        meta = json.loads((root / "collections" / "c" / "collection.json").read_text())
+        assert meta["shard"] == "shard-1" and shard_folders(root) == ["shard-1"]
+    finally:
+        await store.aclose()
+    again = await EdgeStore.open(root)
+    try:
+        check_renormalised(await ledger.check(again))
+        assert (await status(again)).indexed >= THRESHOLD - 20
+        assert len(await answers(again)) == 5
+    finally:
+        await again.aclose()
+
+
+async def test_a_store_killed_during_a_build_keeps_every_acknowledged_write(tmp_path: Path) -> None:
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    store = await ProcessStore.open(root, background_build=True, build_threshold=THRESHOLD, build_hold=str(hold),
+                                    write_batch=64)
+    try:
+        ledger = await filled(store)
+        await until(store, lambda s: s.phase == "held")
+        await answers(store)
+        await write_during_the_build(ledger)
+        os.kill(store._process.pid, signal.SIGKILL)
+        await asyncio.to_thread(store._process.wait, 30)
+    finally:
+        await store.aclose()
+    assert shard_folders(root) == ["shard", "shard-1"]  # the build's copy, as the kill left it
+    again = await EdgeStore.open(root)
+    try:
+        assert shard_folders(root) == ["shard"]  # the copy never swapped in is gone
+        check_renormalised(await ledger.check(again))
+        assert len(await answers(again)) == 5
+        assert (await status(again)).build == "off"
+    finally:
+        await again.aclose()
+
+
+@pytest.mark.parametrize("change", ["int8", "delete"])
+async def test_a_build_is_given_up_when_the_quantization_changes_or_the_collection_goes(
+        tmp_path: Path, change: str) -> None:
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    store = await open_edge(root, hold)
+    try:
+        ledger = await filled(store)
+        await until(store, lambda s: s.phase == "held")
+        if change == "delete":
+            await store.delete_collection("c")
+            await asyncio.sleep(0.3)
+            assert not (root / "collections" / "c").exists()
+            return
+        await store.set_quantization("c", "int8")
+        given_up = await until(store, lambda s: s.build != "running")
+        assert given_up.build == "failed" and "quantization" in (given_up.reason or "")
+        assert shard_folders(root) == ["shard"] and given_up.indexed == 0
+        await ledger.check()
+        assert len(await answers(store)) == 5
+        hold.unlink()
+        await ledger.upsert(doc("after", 1, "h1"))  # the next write past the threshold builds what is asked now
+        rebuilt = await until(store, lambda s: s.build != "running")
+        assert (rebuilt.build, rebuilt.last_built, rebuilt.reason) == ("idle", "int8", None)
+        await ledger.check()
+    finally:
+        await store.aclose()
+
+
+async def test_a_failed_builder_is_reported_and_its_copy_deleted(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.store import edge_background
+
+    # A spec whose dimensions are not the shard's: the engine refuses to load it and the builder exits 1.
+    monkeypatch.setattr(edge_background, "build_spec", lambda dims, *a: {"dimensions": dims + 1, "sparse": True,
+                                                                          "int8": False, "nice": 0})
+    root = tmp_path / "qdrant"
+    store = await open_edge(root, tmp_path / "no-hold")
+    try:
+        ledger = await filled(store)
+        failed = await until(store, lambda s: s.build != "running")
+        assert failed.build == "failed" and "builder process exited with 1" in (failed.reason or "")
+        assert shard_folders(root) == ["shard"]
+        await ledger.upsert(doc("later", 2, "h1"))  # the store goes on serving
+        await ledger.check()
+        assert len(await answers(store)) == 5
+    finally:
+        await store.aclose()
+
+
+def _unit(v: list[float]) -> list[float]:
+    a = np.asarray(v)
+    return (a / np.linalg.norm(a)).tolist()
+
+
+async def test_a_store_killed_after_a_swap_serves_the_new_shard_with_every_write(tmp_path: Path) -> None:
+    root = tmp_path / "qdrant"
+    store = await ProcessStore.open(root, background_build=True, build_threshold=THRESHOLD, write_batch=64)
+    try:
+        ledger = await filled(store)
+        await until(store, lambda s: s.build == "idle" and s.last_built == "hnsw")
+        await write_during_the_build(ledger)  # after the swap: into the new shard's WAL only
+        os.kill(store._process.pid, signal.SIGKILL)
+        await asyncio.to_thread(store._process.wait, 30)
+    finally:
+        await store.aclose()
+    again = await EdgeStore.open(root)
+    try:
+        assert shard_folders(root) == ["shard-1"]
+        check_renormalised(await ledger.check(again))
+        assert (await status(again)).indexed >= THRESHOLD - 20
+        assert len(await answers(again)) == 5
+    finally:
+        await again.aclose()
+
+
+async def test_a_snapshot_taken_during_a_build_holds_the_served_shard_only(tmp_path: Path) -> None:
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    store = await open_edge(root, hold)
+    try:
+        ledger = await filled(store)
+        await until(store, lambda s: s.phase == "held")
+        await write_during_the_build(ledger)
+        during = await store.snapshot("c", tmp_path / "snaps" / "during")
+        hold.unlink()
+        await until(store, lambda s: s.build != "running")
+        after = await store.snapshot("c", tmp_path / "snaps" / "after")
+    finally:
+        await store.aclose()
+    assert sorted(p.name for p in (during.path / "collections" / "c").iterdir()) == ["collection.json", "shard"]
+    assert sorted(p.name for p in (after.path / "collections" / "c").iterdir()) == ["collection.json", "shard-1"]
+    for snap in (during, after):
+        target = tmp_path / f"restored-{snap.id}"
+        snapshots.restore(snap.path, target)
+        restored = await EdgeStore.open(target)
+        try:
+            check_renormalised(await ledger.check(restored))
+        finally:
+            await restored.aclose()
+
+
+@pytest.mark.parametrize("opener", ["in-process", "child"])
+async def test_writes_racing_the_catch_up_and_the_swap_are_all_kept(tmp_path: Path, opener: str) -> None:
+    """A writer that upserts, replaces and deletes without pause from the build's release to its end: its writes
+    land before, between and after the catch-up's rounds."""
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    kw: dict[str, Any] = {"background_build": True, "build_threshold": THRESHOLD, "build_hold": str(hold),
+                          "write_batch": 64}
+    store: VectorStore = await (EdgeStore.open(root, **kw) if opener == "in-process" else ProcessStore.open(root, **kw))
+    try:
+        ledger = await filled(store)
+        await until(store, lambda s: s.phase == "held")
+        ended = asyncio.Event()
+        written = [0]
+
+        async def writer() -> int:
+            i = 0
+            while not ended.is_set() or i < 10:
+                await ledger.upsert(doc(f"w{i}", 3, "h1"))
+                if i % 3 == 2:
+                    await ledger.delete(f"w{i - 2}")
+                    await ledger.replace(doc(f"d{i % 100}", 1 + i % 4, f"r{i}"))
+                i += 1
+                written[0] = i
+            return i
+
+        task = asyncio.create_task(writer())
+        hold.unlink()
+        after = await until(store, lambda s: s.build != "running")
+        during = written[0]
+        ended.set()
+        rounds = await task
+        assert after.build == "idle" and after.last_built == "hnsw" and rounds >= 10
+        assert during >= 3  # writes landed while the build caught up and swapped
+        await ledger.check()
+    finally:
+        await store.aclose()
+    again = await EdgeStore.open(root)
+    try:
+        await ledger.check(again)
+    finally:
+        await again.aclose()
+
+
+async def test_a_killed_builder_is_reported_and_the_store_goes_on(tmp_path: Path) -> None:
+    root = tmp_path / "qdrant"
+    store = await open_edge(root, tmp_path / "no-hold")
+    try:
+        ledger = await filled(store)
+        coll = store._collections["c"]
+        async with asyncio.timeout(60):
+            while True:
+                job = store._builds.job(coll)
+                if job is not None and job.process is not None:
+                    break
+                await asyncio.sleep(0.002)
+        job.process.kill()  # still starting up: its Python and the engine load take far longer than this poll
+        failed = await until(store, lambda s: s.build != "running")
+        assert failed.build == "failed" and "killed by signal 9" in (failed.reason or "")
+        assert shard_folders(root) == ["shard"] and failed.indexed == 0
+        await ledger.upsert(doc("later", 2, "h1"))
+        await ledger.check()
+        assert len(await answers(store)) == 5
+    finally:
+        await store.aclose()
+
+
+async def test_an_int8_collection_builds_int8_and_ragserve_optimize_follows_the_swapped_shard(tmp_path: Path) -> None:
+    from service.store.edge_optimize import optimize_collection
+
+    root = tmp_path / "qdrant"
+    store = await open_edge(root, tmp_path / "no-hold")
+    try:
+        await store.create_collection("c", dimensions=DIMS, model="m", sparse=SparseConfig())
+        await store.set_quantization("c", "int8")
+        ledger = Ledger(store)
+        for i in range(THRESHOLD // 5):
+            await ledger.upsert(doc(f"d{i}", 5, "h1"))
+        built = await until(store, lambda s: s.build != "running")
+        assert built.build == "idle" and built.last_built == "int8" and built.indexed >= THRESHOLD - 20
+        await ledger.upsert(doc("late", 3, "h1"))
+    finally:
+        await store.aclose()
+    assert shard_folders(root) == ["shard-1"]
+    done = optimize_collection(root, "c", progress=lambda line: None)
+    assert done["mode"] == "int8" and done["points"] == len(ledger.points)
+    again = await EdgeStore.open(root)
+    try:
+        await ledger.check(again)
+        assert len(await answers(again)) == 5
+    finally:
+        await again.aclose()
+
+
+async def test_builds_of_two_collections_run_one_after_the_other_and_both_swap(tmp_path: Path) -> None:
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    store = await open_edge(root, hold)
+    try:
+        ledgers = []
+        for name in ("a", "b"):
+            await store.create_collection(name, dimensions=DIMS, model="m", sparse=SparseConfig())
+            ledger = Ledger(store, name)
+            for i in range(THRESHOLD // 5):
+                await ledger.upsert(doc(f"{name}{i}", 5, "h1"))
+            ledgers.append(ledger)
+        phases = {(await status(store, "a")).phase, (await status(store, "b")).phase}
+        assert "queued" in phases or phases == {"held"}  # b waits for a's copy and builder
+        for name in ("a", "b"):
+            await until(store, lambda s: s.phase == "held", name=name)
+            await ledgers[0 if name == "a" else 1].upsert(doc(f"{name}-late", 2, "h1"))
+        hold.unlink()
+        for name, ledger in zip(("a", "b"), ledgers, strict=True):
+            done = await until(store, lambda s: s.build != "running", name=name)
+            assert done.build == "idle" and done.last_built == "hnsw"
+            await ledger.check()
+    finally:
+        await store.aclose()
+
+
+async def test_the_store_owner_builds_for_its_peers_and_a_sigkill_mid_build_loses_nothing(tmp_path: Path) -> None:
+    """``serve --workers N``: the owner runs the builds; one peer fills, the other writes during the build, the
+    owner is SIGKILLed while it is held, and its restart (the folder's leftover copy removed) has every write."""
+    from service.store.owner import StoreOwner
+
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    owner = StoreOwner(root, {"background_build": True, "build_threshold": THRESHOLD, "build_hold": str(hold),
+                              "write_batch": 64})
+    await asyncio.to_thread(owner.start)
+    try:
+        a = await ProcessStore.attach(root, owner.socket)
+        b = await ProcessStore.attach(root, owner.socket)
+        ledger = await filled(a)
+        await until(b, lambda s: s.phase == "held")
+        ledger.store = b
+        await write_during_the_build(ledger)
+        first = owner.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+
+        async def answered() -> int | None:
+            try:
+                return await b.count("c")
+            except StoreError:
+                return None
+
+        assert await until_async(answered, "the next owner answers the same peer", 120) == len(ledger.points)
+        assert owner.pid != first
+        assert shard_folders(root) == ["shard"]
+        check_renormalised(await ledger.check(b))
+        assert len(await answers(b)) == 5
+        await a.aclose()
+        await b.aclose()
+    finally:
+        await asyncio.to_thread(owner.stop)
+
+
+async def test_settings_changed_while_a_build_swaps_keep_both_the_settings_and_the_new_shard(tmp_path: Path) -> None:
+    """``collection.json`` holds the settings and names the shard: a settings change racing the swap's rewrite
+    must leave the last settings and the shard served (else a restart would look for a deleted folder)."""
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    store = await open_edge(root, hold)
+    try:
+        ledger = await filled(store)
+        await until(store, lambda s: s.phase == "held")
+        done = asyncio.Event()
+        last = [""]
+
+        async def change_settings() -> None:
+            i = 0
+            while not done.is_set() or i < 5:
+                last[0] = f"export-{i}"
+                await store.set_importing("c", last[0])
+                i += 1
+
+        task = asyncio.create_task(change_settings())
+        hold.unlink()
+        await until(store, lambda s: s.build != "running")
+        done.set()
+        await task
+        meta = json.loads((root / "collections" / "c" / "collection.json").read_text())
+        assert (meta["shard"], meta["importing"]) == ("shard-1", last[0])
+    finally:
+        await store.aclose()
+    again = await EdgeStore.open(root)
+    try:
+        assert (await again.describe("c")).importing == last[0]
+        await ledger.check(again)
+    finally:
+        await again.aclose()
