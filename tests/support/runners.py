@@ -26,7 +26,7 @@ would put four to six workers' threads on both cores beside the suite, and the s
 speed. The README demo's runner, started by ``ragserve demo`` as a user's would be, keeps the product's default
 (``auto``) and its test checks the runner bound every allowed core (tests/service/test_cli.py)."""
 
-STORE_SPAWNS = 76
+STORE_SPAWNS = 81
 """Store child processes (``ProcessStore.open``) a session's own process may spawn, either tier. The API tests run
 the embedded store in the test's process (``IN_PROCESS_STORE`` in tests/conftest.py); the process boundary keeps
 its own tests (the store contract over ProcessStore, the SIGKILL and SIGSTOP of the child, the full disk). Before
@@ -34,7 +34,9 @@ that split a session spawned about 300; the gate spawned 53 and the soak tier 5 
 issue 19 added 7 whose claims cross the boundary (a layout refused by the child, paged export through it, a
 snapshot taken through it while it serves, one upsert of points with and without a sparse vector through it);
 issue 20 added 3 store owners (``StoreOwner``: the first, a second refused the folder, the one started again
-after the first's SIGKILL); issue 37 added 2 (a collection and its imported copy, tied hits through the child).
+after the first's SIGKILL); issue 37 added 2 (a collection and its imported copy, tied hits through the child);
+issue 38 added 5 (background builds: the child SIGKILLed mid-build and after a swap, writes racing the swap through
+the child, the owner building for its peers and SIGKILLed mid-build).
 Servers the tests start as processes (``ragserve serve``) are not counted: their children are theirs."""
 _spawns = {"count": 0, "cap": STORE_SPAWNS}
 
