@@ -83,7 +83,7 @@ async def test_every_route_for_every_scope(minilm_settings: Settings) -> None:
     routes = sorted({(m, r.path) for r in app.routes for m in getattr(r, "methods", ()) if m != "HEAD"})
     public = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/health"}
     routes = [r for r in routes if r[1] not in public and not r[1].startswith("/ui")]  # the playground's static page
-    assert len(routes) == len(ROUTE_SCOPES) == 29
+    assert len(routes) == len(ROUTE_SCOPES) == 30
     seen: dict[tuple[str, str, str], int] = {}
     async with app_client(minilm_settings, api_key=None) as client:
         for scope, key in SCOPE_KEYS.items():
