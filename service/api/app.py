@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import httpx
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from qdrant_client import AsyncQdrantClient
 
 from indexer.services import open_worker_services
@@ -123,6 +123,12 @@ def tokenizers(settings: Settings, profile: Profile, embedder: EmbeddingClient, 
     return Tokenizers(counters, default=counters[-1].name if generator is not None else counters[0].name)
 
 
+@asynccontextmanager
+async def _freeze_when_started(app: FastAPI) -> AsyncIterator[None]:
+    freeze_startup_objects()
+    yield
+
+
 def create_app(
     settings: Settings,
     *,
@@ -158,7 +164,6 @@ def create_app(
                 else:
                     work = worker.run_forever(stop)
                 worker_task = asyncio.create_task(work, name="ragserve-worker")
-            freeze_startup_objects()
             yield {"services": services}
         finally:
             stop.set()
@@ -186,6 +191,10 @@ def create_app(
                    embeddings.router, rerank.router, models.router, chat.router, mcp.router, playground.router,
                    snapshots.router, transfer.router):
         app.include_router(router)
+    # Last, so its lifespan runs inside every router's: the MCP router's imports its SDK and builds the server's
+    # pydantic models (46,000 objects) when it starts, and left unfrozen they made each full collection during
+    # a large job hold the GIL for about 40 ms (docs/soak/README.md).
+    app.include_router(APIRouter(lifespan=_freeze_when_started))
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes,
                        upload_max_bytes=settings.limits.max_upload_bytes,
                        import_max_bytes=settings.limits.max_import_bytes)
