@@ -26,6 +26,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from indexer.chunking import Chunker, ChunkText
 from indexer.documents import FileError, FileWarning, ParsedDocument, SourceFile
 from indexer.lease import Lease
@@ -369,7 +371,7 @@ class Pipeline:
         return (fetch(url) for url in source.urls), len(source.urls)
 
     async def _write_batch(self, job: Job, info: CollectionInfo, source: str, work: list[DocWork],
-                           tenant: Tenant | None, lease: Lease, known: dict[str, list[float]] | None = None) -> None:
+                           tenant: Tenant | None, lease: Lease, known: dict[str, np.ndarray] | None = None) -> None:
         """Embed and write whole documents; a batch that still fails after its tries is split in halves
         and retried, so one bad document never takes its batch-mates down with it. ``known`` holds the vectors
         the runner already delivered for this batch's texts: a retry or a half never embeds them again."""
@@ -399,7 +401,7 @@ class Pipeline:
 
     async def _try_write(
         self, job: Job, info: CollectionInfo, source: str, work: list[DocWork], tenant: Tenant | None,
-        lease: Lease, known: dict[str, list[float]],
+        lease: Lease, known: dict[str, np.ndarray],
     ) -> RagserveError | None:
         """The lease is checked right before the embedding request and right before each store write, with
         no ``await`` between the check and the call: a worker that lost its lease (or stalled past it, which
@@ -435,7 +437,7 @@ class Pipeline:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _embed(self, texts: list[str], tokens: list[int], dims: int,
-                     known: dict[str, list[float]]) -> list[list[float]]:
+                     known: dict[str, np.ndarray]) -> np.ndarray:
         """Vectors for ``texts``: those not in ``known`` go in one request per ``batch_tokens`` (a long document
         may need several), concurrently. Every request that succeeds adds its vectors to ``known`` even when a
         sibling fails, and the sibling's error is raised once all have ended."""
@@ -454,7 +456,7 @@ class Pipeline:
         # The bulk lane: a few requests in flight per runner, so searches never wait behind the job; a runner
         # that is down (restarting) is waited for, within the batch timeout, instead of failing documents.
         results = await asyncio.gather(*(
-            self.embedder.embed_batch(g, dimensions=dims, lane="bulk", wait_while_down=True) for g in groups
+            self.embedder.embed_matrix(g, dimensions=dims, lane="bulk", wait_while_down=True) for g in groups
         ), return_exceptions=True)
         for group, result in zip(groups, results, strict=True):
             if not isinstance(result, BaseException):
@@ -462,7 +464,8 @@ class Pipeline:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        return [known[t] for t in texts]
+        # One matrix, not a list per vector: see EmbeddingClient.embed_matrix.
+        return np.stack([known[t] for t in texts]) if texts else np.zeros((0, dims), dtype=np.float32)
 
     @staticmethod
     def _error(job: Job, item: str, error: str) -> None:

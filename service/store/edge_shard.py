@@ -24,6 +24,7 @@ from service.store.types import (
     CollectionInfo,
     Filter,
     SparseVector,
+    dense_floats,
 )
 
 FIELD_TYPES = {
@@ -128,7 +129,7 @@ def _upsert(shard: qe.EdgeShard, name: str, chunks: Sequence[Chunk], vectors: Se
             sparse: Sequence[SparseVector | None] | None) -> None:
     points = []
     for i, (c, v) in enumerate(zip(chunks, vectors, strict=True)):
-        vector: dict[str, Any] = {DENSE: list(v)}
+        vector: dict[str, Any] = {DENSE: dense_floats(v)}
         s = sparse[i] if sparse is not None else None
         if s is not None:
             vector[SPARSE] = qe.SparseVector(list(s.indices), list(s.values))

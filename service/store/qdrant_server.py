@@ -49,6 +49,7 @@ from service.store.types import (
     SparseVector,
     StateCollector,
     StoredPoint,
+    dense_floats,
 )
 
 T = TypeVar("T")
@@ -337,7 +338,8 @@ def _stored(point: models.Record) -> StoredPoint:
 
 def _vectors(dense: Sequence[float], sparse: SparseVector | None) -> dict[str, Any]:
     """A point's named vectors: the dense one, and the sparse one where it has one."""
-    return {DENSE: list(dense)} if sparse is None else {DENSE: list(dense), SPARSE: _sparse(sparse)}
+    vector = dense_floats(dense)
+    return {DENSE: vector} if sparse is None else {DENSE: vector, SPARSE: _sparse(sparse)}
 
 
 def _sparse(v: SparseVector) -> models.SparseVector:

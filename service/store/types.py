@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+import numpy as np
+
 from service.sparse.config import LEGACY_ENCODER, SparseConfig, SparseStats
 from service.sparse.vector import SparseVector
 
@@ -194,6 +196,12 @@ class Hit:
 HitRow = tuple[str, float, str, int, str, dict[str, Any], "dict[str, Any] | None", "str | None", "str | None"]
 """A :class:`Hit`'s fields in order, as plain values: what crosses the store process's pipe (a tuple pickles and
 unpickles in a third of the time of the dataclass, and ``Hit(*row)`` rebuilds it)."""
+
+
+def dense_floats(vector: Sequence[float]) -> list[float]:
+    """A dense vector as Python floats, what the engines' bindings and JSON take: a list's copy, or a row of the
+    indexer's float32 matrix (``EmbeddingClient.embed_matrix``) converted."""
+    return vector.tolist() if isinstance(vector, np.ndarray) else list(vector)  # type: ignore[no-any-return]
 
 
 def hit_row(id: object, score: float, payload: dict[str, Any] | None) -> HitRow:

@@ -126,7 +126,7 @@ class EmbeddingClient:
         except BaseException as exc:  # noqa: BLE001 - every caller hears what its request met
             _fail(waiting, exc)
             return
-        for (_, f), vector in zip(waiting, vectors, strict=True):
+        for (_, f), vector in zip(waiting, vectors.tolist(), strict=True):
             if not f.done():
                 f.set_result(vector)
 
@@ -142,12 +142,22 @@ class EmbeddingClient:
                               wait_while_down=wait_while_down)
             for b in batches
         ))
-        return [vector for batch in results for vector in batch]
+        return [vector for batch in results for vector in await _as_lists(batch)]
 
     async def embed_batch(
         self, texts: list[str], *, dimensions: int | None = None, lane: Lane = "bulk", wait_while_down: bool = False,
     ) -> list[list[float]]:
-        """Exactly one request for ``texts`` (the indexer sizes its batches by tokens itself)."""
+        """Exactly one request for ``texts``."""
+        return await _as_lists(await self.embed_matrix(texts, dimensions=dimensions, lane=lane,
+                                                       wait_while_down=wait_while_down))
+
+    async def embed_matrix(
+        self, texts: list[str], *, dimensions: int | None = None, lane: Lane = "bulk", wait_while_down: bool = False,
+    ) -> np.ndarray:
+        """Exactly one request for ``texts``, its vectors as the rows of one float32 matrix: the indexer's form
+        (it sizes its batches by tokens itself). A list of floats per vector is a container the garbage
+        collector walks float by float; thousands of them in flight made each full collection hold the GIL for
+        about 50 ms (the soak's event-loop stall, docs/soak/README.md). A matrix is one object it never walks."""
         return await self._embed_batch(texts, timeout_s=self._batch_timeout_s, dimensions=dimensions, lane=lane,
                                        wait_while_down=wait_while_down)
 
@@ -181,7 +191,7 @@ class EmbeddingClient:
     async def _embed_batch(
         self, texts: list[str], *, timeout_s: float | None, dimensions: int | None, lane: Lane,
         wait_while_down: bool,
-    ) -> list[list[float]]:
+    ) -> np.ndarray:
         dims = dimensions or self.dimensions
         body: dict[str, Any] = {
             "model": self.model.name,
@@ -200,18 +210,18 @@ class EmbeddingClient:
             self._bulk_in_flight -= bulk
         try:
             data = sorted(payload["data"], key=lambda item: item["index"])
-            # A bulk batch (thousands of vectors) takes 100+ ms to decode: off the event loop, where the GIL
-            # is given up between vectors; a query's one vector is decoded in place.
-            vectors = _decode(data) if len(data) <= 16 else await asyncio.to_thread(_decode, data)
+            # A bulk batch (thousands of vectors) is decoded off the event loop; a query's one vector in place.
+            raw = _decode(data) if len(data) <= 16 else await asyncio.to_thread(_decode, data)
         except (KeyError, TypeError, ValueError, binascii.Error) as exc:
             raise UpstreamError(self.runner.name, "embedding response has an unexpected shape") from exc
-        if len(vectors) != len(texts) or any(len(v) != dims for v in vectors):
+        widths = {len(v) / 4 for v in raw} - {dims}
+        if len(raw) != len(texts) or widths:
             raise UpstreamError(
                 self.runner.name,
-                f"expected {len(texts)} vectors of {dims} dims, got "
-                f"{len(vectors)} of {len(vectors[0]) if vectors else 0}",
+                f"expected {len(texts)} vectors of {dims} dims, got {len(raw)}"
+                + (f", of {', '.join(f'{w:g}' for w in sorted(widths))} dims" if widths else ""),
             )
-        return vectors
+        return np.frombuffer(b"".join(raw), dtype="<f4").reshape(len(raw), dims)
 
 
 def _fail(waiting: list[Query], exc: BaseException) -> None:
@@ -220,5 +230,13 @@ def _fail(waiting: list[Query], exc: BaseException) -> None:
             f.set_exception(exc)
 
 
-def _decode(data: list[dict[str, Any]]) -> list[list[float]]:
-    return [np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4").tolist() for item in data]
+def _decode(data: list[dict[str, Any]]) -> list[bytes]:
+    return [base64.b64decode(item["embedding"]) for item in data]
+
+
+async def _as_lists(matrix: np.ndarray) -> list[list[float]]:
+    """The rows as lists of floats (what JSON and the callers of the list forms take); a bulk batch's off the
+    event loop, a row at a time, so the loop gets the GIL between rows."""
+    if len(matrix) <= 16:
+        return matrix.tolist()  # type: ignore[no-any-return]
+    return await asyncio.to_thread(lambda: [row.tolist() for row in matrix])

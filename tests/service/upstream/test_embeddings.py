@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import json
 
 import httpx
@@ -34,6 +35,32 @@ async def test_vectors_are_the_runners_float32_bytes() -> None:
     got = await client(handler).embed_batch(["a", "b", "c"])
     assert sent[0]["encoding_format"] == "base64" and sent[0]["input"] == ["a", "b", "c"]
     assert np.array(got, dtype="<f4").tobytes() == vectors.tobytes()
+
+
+async def test_the_indexers_form_is_one_matrix_the_collector_never_walks() -> None:
+    """A bulk batch (the 40 rows here stand for thousands) comes back as one float32 matrix, not a list of floats
+    per vector: the garbage collector walks a list float by float, and thousands of them in flight made full
+    collections hold the GIL for about 50 ms each (the soak's event-loop stall)."""
+    vectors = np.random.default_rng(1).normal(size=(40, 384)).astype("<f4")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        data = [{"index": i, "embedding": base64.b64encode(v.tobytes()).decode()} for i, v in enumerate(vectors)]
+        return httpx.Response(200, json={"data": data[::-1]})
+
+    got = await client(handler).embed_matrix([f"t{i}" for i in range(40)])
+    assert got.dtype == np.dtype("<f4") and got.shape == (40, 384)
+    assert got.tobytes() == vectors.tobytes()
+    assert not gc.is_tracked(got)
+
+
+async def test_a_vector_of_the_wrong_width_is_an_upstream_error() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        data = [{"index": i, "embedding": base64.b64encode(np.zeros(n, "<f4").tobytes()).decode()}
+                for i, n in enumerate((384, 383))]
+        return httpx.Response(200, json={"data": data})
+
+    with pytest.raises(UpstreamError, match="expected 2 vectors of 384 dims, got 2, of 383 dims"):
+        await client(handler).embed_matrix(["a", "b"])
 
 
 async def test_a_malformed_vector_is_an_upstream_error() -> None:
