@@ -7,6 +7,15 @@ from pathlib import Path
 from pydantic import BaseModel, Field, SecretStr
 
 
+class EdgeBuildOverride(BaseModel):
+    """One collection's background builds, where they differ from the store's."""
+
+    enabled: bool | None = Field(None, description="Build this collection's index in the background (None: "
+                                 "edge_build).")
+    threshold: int | None = Field(None, ge=1, description="Unindexed points that start its build (None: "
+                                  "edge_build_threshold).")
+
+
 class QdrantSettings(BaseModel):
     """The embedded Qdrant Edge store under ``path`` unless ``url`` names a Qdrant server."""
 
@@ -64,6 +73,11 @@ class QdrantSettings(BaseModel):
     edge_build_threshold: int = Field(
         20_000, ge=1, description="Embedded store: unindexed points (written since the last build) that start a "
         "background build.",
+    )
+    edge_build_collections: dict[str, EdgeBuildOverride] = Field(
+        default_factory=dict, description="Embedded store: per collection, a switch and a threshold that override "
+        "edge_build and edge_build_threshold for it, as JSON: "
+        '{"logs": {"enabled": false}, "kb": {"threshold": 5000}}.',
     )
     edge_build_nice: int = Field(
         10, ge=0, le=19, description="Embedded store: the niceness added to a background build's process, so the "

@@ -114,10 +114,12 @@ class EdgeStore(VectorStore):
     def __init__(self, root: Path, *, max_concurrency: int = 8, timeout_s: float = 10.0, threads: int = 2,
                  search_threads: int = 0, write_batch: int = 128, hnsw_ef: int = 256, int8_oversampling: float = 2.0,
                  min_free_bytes: int = 64 << 20, inline: bool = False, background_build: bool = False,
-                 build_threshold: int = 20_000, build_nice: int = 10, build_hold: str | None = None) -> None:
+                 build_threshold: int = 20_000, build_nice: int = 10, build_hold: str | None = None,
+                 build_overrides: dict[str, dict[str, Any]] | None = None) -> None:
         """Use :meth:`open` (it takes the folder's lock and loads every collection). ``search_threads``: the
         engine's search pool per collection, 0 for :func:`search_pool_size`'s rule. ``background_build``: index a
-        collection in the background once ``build_threshold`` of its points are unindexed
+        collection in the background once ``build_threshold`` of its points are unindexed, both overridden per
+        collection by ``build_overrides`` (``{name: {"enabled": bool, "threshold": int}}``)
         (:mod:`service.store.edge_background`; ``build_hold`` is for tests only)."""
         self.root = root
         self._search_threads = search_threads or search_pool_size()
@@ -139,7 +141,7 @@ class EdgeStore(VectorStore):
         self._builds = Builds(self._run, self._run_unbounded, root=root, enabled=background_build,
                               threshold=build_threshold, nice=build_nice, min_free=min_free_bytes,
                               search_threads=self._search_threads, batch=write_batch,
-                              hold=Path(build_hold) if build_hold else None)
+                              hold=Path(build_hold) if build_hold else None, overrides=build_overrides)
 
     # --- opening and closing -------------------------------------------------------------------------
 

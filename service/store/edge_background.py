@@ -22,6 +22,11 @@ the copy up with what was written meanwhile and swaps it in:
 
 A build is given up (its copy deleted, the reason in :class:`~service.store.types.IndexStatus`) when its builder
 fails or is killed, the disk has no room for the copy, the collection is deleted, or its quantization changes.
+
+Progress. Qdrant Edge's ``optimize`` is one call that reports nothing until it returns, so a running build's
+progress and ETA are estimates (:func:`estimate`): the building step's elapsed time against its expected length,
+the points copied times their dimensions times the seconds per point-dimension that the last build of this store
+took (before any, :data:`DEFAULT_COST_S`).
 """
 
 from __future__ import annotations
@@ -32,9 +37,10 @@ import json
 import logging
 import shutil
 import sys
-from collections.abc import Awaitable, Callable, Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -75,6 +81,27 @@ def remove_leftovers(folder: Path, active: str) -> list[str]:
     return removed
 
 
+DEFAULT_COST_S = 2.0e-6
+"""Seconds of building per point per dimension before this store has timed a build: 100,000 points of 1024
+dimensions built in 217 s on the 2-core test machine (docs/store-benchmark.md)."""
+ALMOST_DONE = 0.99
+"""The progress shown once the estimate has run out, and while the built copy catches up: never 1 before the swap."""
+
+
+def estimate(phase: str, building_s: float, points: int, dimensions: int, cost_s: float) -> tuple[float, float | None]:
+    """A running build's (progress, seconds left): nothing done, no ETA, while queued (the wait behind another
+    build is unknown) or copying (the points are counted once the copy is made); then the building step's elapsed
+    share of ``points * dimensions * cost_s``, held below 1 where the estimate ran out; and :data:`ALMOST_DONE`, no
+    ETA, once built (catching up takes as long as the writes made meanwhile)."""
+    expected = points * dimensions * cost_s
+    if phase in ("queued", "copying"):
+        return 0.0, None
+    if phase == "building":
+        share = building_s / expected if expected > 0 else 1.0
+        return round(min(share, ALMOST_DONE), 3), round(max(expected - building_s, 0.0), 1)
+    return ALMOST_DONE, None
+
+
 class BuildGivenUp(Exception):
     """A build that will not be swapped in; its message is the reason the status shows."""
 
@@ -89,6 +116,12 @@ class BuildJob:
     given_up: str | None = None
     process: asyncio.subprocess.Process | None = None
     task: asyncio.Task[None] | None = None
+    started: float = 0.0
+    """The store's clock when the build started."""
+    started_at: str = ""
+    points: int = 0
+    """Points in the copy (known once it is made)."""
+    building_since: float | None = None
 
     def take(self) -> list[str]:
         ids, self.touched = self.touched, set()
@@ -103,6 +136,8 @@ class BuildRecord:
     failed_at_points: int = 0
     last_ended: str | None = None
     last_built: str | None = None
+    last_points: int | None = None
+    last_seconds: float | None = None
 
 
 class Builds:
@@ -110,7 +145,9 @@ class Builds:
     before its catch-up, so that a test can write, delete and kill the store at that point."""
 
     def __init__(self, run: Run[Any], long_run: Run[Any], *, root: Path, enabled: bool, threshold: int, nice: int,
-                 min_free: int, search_threads: int, batch: int, hold: Path | None = None) -> None:
+                 min_free: int, search_threads: int, batch: int, hold: Path | None = None,
+                 overrides: Mapping[str, Mapping[str, Any]] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._run = run
         self._long_run = long_run
         """For the calls whose length grows with the shard (load, flush, close): no deadline, since a call cut off
@@ -125,9 +162,20 @@ class Builds:
         self._search_threads = search_threads
         self._batch = batch
         self._hold = hold
+        self._overrides = dict(overrides or {})
+        """Per collection: ``enabled`` and ``threshold`` where they differ from the store's."""
+        self._clock = clock
+        self._cost_s = DEFAULT_COST_S
+        """Seconds per point-dimension of the last build's building step (:func:`estimate`)."""
         self._jobs: dict[str, BuildJob] = {}
         self._records: dict[str, BuildRecord] = {}
         self._numbers = itertools.count(1)
+
+    def enabled_for(self, name: str) -> bool:
+        return bool(self._overrides.get(name, {}).get("enabled", self.enabled))
+
+    def threshold_for(self, name: str) -> int:
+        return int(self._overrides.get(name, {}).get("threshold") or self._threshold)
 
     # --- what the store's writes tell it ----------------------------------------------------------------
 
@@ -156,25 +204,28 @@ class Builds:
 
     async def after_write(self, coll: _Collection) -> None:
         """Start a build when the collection's unindexed points reached the threshold and none runs."""
-        if not self.enabled or coll.closed or self.job(coll) is not None:
+        name = coll.info.name
+        if not self.enabled_for(name) or coll.closed or self.job(coll) is not None:
             return
+        threshold = self.threshold_for(name)
         # First a bound from the shard's info alone (its indexed count also holds every sparse vector, at most
         # one per point): the exact count of sparse vectors is a scan, run only near the threshold.
-        points, raw = await self._run(coll.info.name, lambda: _info_counts(coll.shard))
-        if points - raw + (points if coll.info.sparse is not None else 0) < self._threshold:
+        points, raw = await self._run(name, lambda: _info_counts(coll.shard))
+        if points - raw + (points if coll.info.sparse is not None else 0) < threshold:
             return
-        record = self._records.get(coll.info.name)
-        if record is not None and record.failed and points < record.failed_at_points + self._threshold:
+        record = self._records.get(name)
+        if record is not None and record.failed and points < record.failed_at_points + threshold:
             return  # failed at about this size: try again once as many points again came in
         points, indexed = await self._counts(coll)
-        if points - indexed >= self._threshold:
+        if points - indexed >= threshold:
             self.start(coll)
 
     def start(self, coll: _Collection) -> BuildJob:
         n = next(self._numbers)
         while (coll.folder / f"{BUILD_PREFIX}{n}").exists():
             n = next(self._numbers)
-        job = BuildJob(coll, coll.folder / f"{BUILD_PREFIX}{n}", coll.info.quantization == INT8)
+        job = BuildJob(coll, coll.folder / f"{BUILD_PREFIX}{n}", coll.info.quantization == INT8,
+                       started=self._clock(), started_at=_now())
         self._jobs[coll.info.name] = job
         job.task = asyncio.get_running_loop().create_task(self._build(job))
         return job
@@ -183,10 +234,17 @@ class Builds:
         points, indexed = await self._counts(coll)
         record = self._records.get(coll.info.name) or BuildRecord()
         job = self.job(coll)
-        state = "running" if job is not None else "failed" if record.failed else "idle" if self.enabled else "off"
-        return IndexStatus(indexed=indexed, unindexed=points - indexed, build=state,
-                           phase=job.phase if job is not None else None, reason=record.failed,
-                           last_ended=record.last_ended, last_built=record.last_built)
+        enabled = self.enabled_for(coll.info.name)
+        state = "running" if job is not None else "failed" if record.failed else "idle" if enabled else "off"
+        last = IndexStatus(indexed=indexed, unindexed=points - indexed, build=state, reason=record.failed,
+                           last_ended=record.last_ended, last_built=record.last_built,
+                           last_points=record.last_points, last_seconds=record.last_seconds)
+        if job is None:
+            return last
+        since = job.building_since
+        progress, eta = estimate(job.phase, self._clock() - since if since is not None else 0.0, job.points,
+                                 coll.info.dimensions, self._cost_s)
+        return replace(last, phase=job.phase, started=job.started_at, progress=progress, eta_s=eta)
 
     async def aclose(self) -> None:
         """Give every build up (their copies deleted) and wait for them to end."""
@@ -220,8 +278,10 @@ class Builds:
                 await asyncio.sleep(0.02)
             await self._swap(job)
             record.failed = None
-            record.last_ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            record.last_ended = _now()
             record.last_built = built
+            record.last_points = job.points
+            record.last_seconds = round(self._clock() - job.started, 1)
         except Exception as exc:  # noqa: BLE001 - a build that fails leaves the store serving as it was
             reason = str(exc) if isinstance(exc, BuildGivenUp) else f"{type(exc).__name__}: {exc}"
             if not coll.closed:
@@ -262,6 +322,7 @@ class Builds:
             except StoreFull as exc:
                 raise BuildGivenUp(f"no room for the build's copy of the shard: {exc.message}") from exc
             await asyncio.to_thread(shutil.copytree, live, job.folder, copy_function=copy_sparse)
+            job.points = (await self._run(coll.info.name, lambda: _info_counts(coll.shard)))[0]
 
     async def _run_builder(self, job: BuildJob) -> str:
         job.phase = "building"
@@ -270,8 +331,11 @@ class Builds:
         job.process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "service.store.edge_build", str(job.folder), json.dumps(spec),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        job.building_since = self._clock()
         out, err = await job.process.communicate()
         self._check(job)
+        if job.process.returncode == 0 and job.points:
+            self._cost_s = (self._clock() - job.building_since) / (job.points * info.dimensions)
         status = job.process.returncode
         if status != 0:
             how = f"was killed by signal {-status}" if status is not None and status < 0 else f"exited with {status}"
@@ -337,6 +401,10 @@ class Builds:
                 ops.append(qe.UpdateOperation.delete_points(gone))
             for op in ops:
                 await self._run(name, lambda op=op: new.update(op))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _info_counts(shard: qe.EdgeShard) -> tuple[int, int]:

@@ -40,7 +40,8 @@ def edge_options(settings: Settings) -> dict[str, Any]:
             "search_threads": q.edge_search_threads, "write_batch": q.edge_write_batch, "hnsw_ef": q.hnsw_ef,
             "int8_oversampling": q.int8_oversampling,
             "min_free_bytes": q.edge_min_free_mb << 20, "background_build": q.edge_build,
-            "build_threshold": q.edge_build_threshold, "build_nice": q.edge_build_nice}
+            "build_threshold": q.edge_build_threshold, "build_nice": q.edge_build_nice,
+            "build_overrides": {name: o.model_dump(exclude_none=True) for name, o in q.edge_build_collections.items()}}
 
 
 def snapshot_client(settings: Settings, url: str | None = None) -> SnapshotApi:

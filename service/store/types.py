@@ -111,6 +111,16 @@ class IndexStatus:
     """When the last build that was swapped in ended (ISO 8601, UTC)."""
     last_built: str | None = None
     """What it built: ``hnsw`` or ``int8``."""
+    last_points: int | None = None
+    """How many points it built the index of (those written during it were caught up after)."""
+    last_seconds: float | None = None
+    """How long it took, from its start (queued) to its swap."""
+    started: str | None = None
+    """While running: when the build started (ISO 8601, UTC)."""
+    progress: float | None = None
+    """While running: the estimated fraction done (``service.store.edge_background.estimate``)."""
+    eta_s: float | None = None
+    """While running: the estimated seconds left; None while queued behind another build or catching up."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from service.sparse.config import SparseConfig
 from service.store import snapshots
 from service.store.base import VectorStore
 from service.store.edge import EdgeStore
+from service.store.edge_background import ALMOST_DONE, estimate
 from service.store.errors import StoreError
 from service.store.proxy import ProcessStore
 from service.store.types import Chunk, IndexStatus, SparseVector
@@ -138,6 +139,7 @@ async def test_writes_replacements_and_deletes_made_during_a_build_survive_its_s
         ledger = await filled(store)
         held = await until(store, lambda s: s.phase == "held")
         assert held.build == "running" and held.indexed == 0  # the live shard is untouched by the build
+        assert (held.progress, held.eta_s) == (ALMOST_DONE, None) and held.started is not None
         assert shard_folders(root) == ["shard", "shard-1"]
         during = await answers(store)
         await write_during_the_build(ledger)
@@ -146,7 +148,8 @@ async def test_writes_replacements_and_deletes_made_during_a_build_survive_its_s
         hold.unlink()
         after = await until(store, lambda s: s.build != "running")
         assert after.build == "idle" and after.reason is None and after.last_built == "hnsw"
-        assert after.last_ended is not None
+        assert after.last_ended is not None and after.last_points == THRESHOLD
+        assert (after.started, after.progress, after.eta_s) == (None, None, None)
         assert after.indexed >= THRESHOLD - 20 and after.unindexed <= 20  # the catch-up's points only
         assert after.indexed + after.unindexed == len(ledger.points)
         stored = await ledger.check()
@@ -491,3 +494,34 @@ async def test_settings_changed_while_a_build_swaps_keep_both_the_settings_and_t
         await ledger.check(again)
     finally:
         await again.aclose()
+
+
+def test_a_running_builds_progress_and_eta_are_timed_against_the_last_builds_rate() -> None:
+    """1,000 points of 100 dims at 1 ms per point-dimension: a build expected to take 100 s."""
+    assert estimate("queued", 0.0, 0, 100, 1e-3) == (0.0, None)  # the wait behind another build is unknown
+    assert estimate("copying", 0.0, 0, 100, 1e-3) == (0.0, None)
+    assert estimate("building", 25.0, 1000, 100, 1e-3) == (0.25, 75.0)
+    assert estimate("building", 150.0, 1000, 100, 1e-3) == (ALMOST_DONE, 0.0)  # slower than the last: never 1
+    assert estimate("catching up", 0.0, 1000, 100, 1e-3) == (ALMOST_DONE, None)
+    assert estimate("held", 0.0, 1000, 100, 1e-3) == (ALMOST_DONE, None)
+
+
+async def test_a_collection_has_its_own_switch_and_threshold(tmp_path: Path) -> None:
+    """``RAGSERVE_QDRANT__EDGE_BUILD_COLLECTIONS``: "off" never builds by itself (an operator still can), "soon"
+    builds at 50 points, "c" keeps the store's threshold; each reached by the same 60 points."""
+    store = await EdgeStore.open(tmp_path / "qdrant", background_build=True, build_threshold=THRESHOLD,
+                                 write_batch=64, build_overrides={"off": {"enabled": False}, "soon": {"threshold": 50}})
+    try:
+        for name in ("off", "soon", "c"):
+            await store.create_collection(name, dimensions=DIMS, model="m", sparse=SparseConfig())
+            await Ledger(store, name).upsert([c for i in range(12) for c in doc(f"{name}{i}", 5, "h1")])  # one write
+        soon = await until(store, lambda s: s.build != "running", name="soon")
+        assert (soon.build, soon.last_built, soon.last_points, soon.unindexed) == ("idle", "hnsw", 60, 0)
+        off, default = await status(store, "off"), await status(store, "c")
+        assert (off.build, off.indexed, off.unindexed, off.last_built) == ("off", 0, 60, None)
+        assert (default.build, default.indexed, default.unindexed, default.last_built) == ("idle", 0, 60, None)
+        await store.build_index("off")  # on demand, whatever the switch says
+        built = await until(store, lambda s: s.build != "running", name="off")
+        assert (built.build, built.last_built, built.unindexed) == ("off", "hnsw", 0)
+    finally:
+        await store.aclose()
