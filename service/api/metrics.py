@@ -1,6 +1,7 @@
 """Prometheus metrics: request counts and latency per route, latency per pipeline stage, upstream errors, per
-runner replica (:mod:`service.observability.replica_metrics`) and of the query-embedding cache
-(:mod:`service.search.query_cache_metrics`).
+runner replica (:mod:`service.observability.replica_metrics`), of the query-embedding cache
+(:mod:`service.search.query_cache_metrics`) and of the embedded store's index
+(:mod:`service.observability.index_metrics`).
 
 One registry per app, so several apps (tests) never collide on global collectors.
 """
@@ -13,6 +14,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.observability.index_metrics import IndexCollector
 from service.observability.replica_metrics import ReplicaCollector
 from service.search.query_cache_metrics import QueryCacheCollector
 
@@ -40,6 +42,8 @@ class Metrics:
         self.registry.register(self.replicas)
         self.query_cache = QueryCacheCollector()
         self.registry.register(self.query_cache)
+        self.index = IndexCollector()
+        self.registry.register(self.index)
 
         self._children: dict[tuple[str, ...], Any] = {}
 

@@ -224,7 +224,12 @@ def cmd_optimize_online(args: argparse.Namespace) -> None:
 
     with connect(args) as client:
         index = client.build_index(args.collection).index or {}
+        shown = None
         while index.get("build") == "running":
+            line = _build_progress(index)
+            if line != shown:
+                print(f"{args.collection}: {line}", file=sys.stderr)
+                shown = line
             time.sleep(0.5)
             index = client.get_collection(args.collection).index or {}
     if not index:
@@ -234,6 +239,13 @@ def cmd_optimize_online(args: argparse.Namespace) -> None:
         raise SystemExit(f"ragserve: the build of {args.collection} was given up: {index.get('reason')}")
     built = f"; last built {index['last_built']} at {index['last_ended']}" if index.get("last_built") else ""
     print(f"{args.collection}: {index['indexed']} points indexed, {index['unindexed']} searched exactly{built}")
+
+
+def _build_progress(index: dict[str, Any]) -> str:
+    """A running build, as the store estimates it: its phase, percent done and time left."""
+    done = f" {index['progress']:.0%}" if index.get("progress") is not None else ""
+    left = f", about {index['eta_s']:.0f} s left" if index.get("eta_s") is not None else ""
+    return f"building the index: {index.get('phase')}{done}{left}"
 
 
 def cmd_eval(args: argparse.Namespace) -> None:

@@ -52,4 +52,5 @@ async def ready(
 
 @router.get("/metrics", summary="Prometheus metrics", dependencies=[ApiKey])
 async def metrics(services: ServicesDep) -> Response:
+    await services.metrics.index.refresh(services.store)
     return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)

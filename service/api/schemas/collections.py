@@ -63,6 +63,14 @@ class IndexStatusOut(BaseModel):
     reason: str | None = Field(None, description="Why the last build was given up.")
     last_ended: str | None = Field(None, description="When the last build swapped in ended (ISO 8601, UTC).")
     last_built: str | None = Field(None, description="What the last build built: hnsw or int8.")
+    last_points: int | None = Field(None, description="How many points the last build indexed.")
+    last_seconds: float | None = Field(None, description="How long the last build took, start to swap.")
+    started: str | None = Field(None, description="While running: when the build started (ISO 8601, UTC).")
+    progress: float | None = Field(None, description="While running: the estimated fraction done (0 to 0.99; the "
+                                   "engine reports nothing while it builds, so it is timed against the last "
+                                   "build's rate: docs/background-builds.md).")
+    eta_s: float | None = Field(None, description="While running: the estimated seconds left; null while queued "
+                                "or catching up.")
 
 
 class CollectionOut(BaseModel):

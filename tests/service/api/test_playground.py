@@ -290,6 +290,13 @@ async def test_upload_in_the_jobs_tab_then_search_what_was_indexed(
             assert await second_job.locator('[data-count="documents_indexed"] dd').text_content() == "1"
             await page.wait_for_function("() => document.querySelector('#collection').selectedOptions[0]"
                                          ".textContent.startsWith('kb (')")
+            # Beside the collection: its index, as the API describes it (below the build threshold: no build yet).
+            index = (await api.get("/v1/collections/kb")).json()["index"]
+            shown_index = f"{index['indexed']} indexed · {index['unindexed']} searched exactly"
+            assert index["build"] == "idle" and index["indexed"] == 0 and index["unindexed"] > 0
+            await page.wait_for_function("t => document.querySelector('#collection-index').textContent === t",
+                                         arg=shown_index)
+            assert await page.get_attribute("#collection-index", "data-build") == "idle"
             await page.screenshot(path=shots / "jobs.png", full_page=True)
 
             await page.click("#tab-search")

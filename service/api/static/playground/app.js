@@ -135,6 +135,40 @@ async function loadCollections() {
   renderChatCollections();
   $("upload-target").textContent = select.value || "the selected collection";
   status(`${collections.length} collection${collections.length === 1 ? "" : "s"}`);
+  showIndex();
+}
+
+// The embedded store's index of the selected collection (GET /v1/collections/{name} has it; a listing does
+// not): read again every 2 s while a background build runs.
+function indexText(index) {
+  const parts = [`${index.indexed} indexed`, `${index.unindexed} searched exactly`];
+  if (index.build === "running") {
+    const pct = index.progress == null ? "" : ` ${Math.round(index.progress * 100)}%`;
+    const eta = index.eta_s == null ? "" : `, about ${index.eta_s < 90 ? `${Math.round(index.eta_s)} s`
+      : `${Math.round(index.eta_s / 60)} min`} left`;
+    parts.push(`building: ${index.phase}${pct}${eta}`);
+  } else if (index.build === "failed") {
+    parts.push(`last build given up: ${index.reason}`);
+  } else if (index.build === "off") {
+    parts.push("background builds off");
+  }
+  if (index.last_ended) parts.push(`last built ${index.last_built} at ${index.last_ended}`);
+  return parts.join(" · ");
+}
+
+let indexTimer = null;
+async function showIndex() {
+  clearTimeout(indexTimer);
+  const name = $("collection").value;
+  const box = $("collection-index");
+  let index = null;
+  if (name) {
+    try { index = (await api(`v1/collections/${encodeURIComponent(name)}`)).index; } catch (err) { index = null; }
+  }
+  if ($("collection").value !== name) return;  // another was picked meanwhile
+  box.textContent = index ? indexText(index) : "";
+  box.dataset.build = index ? index.build : "";
+  if (index && index.build === "running") indexTimer = setTimeout(showIndex, 2000);
 }
 
 function setupKey() {
@@ -152,6 +186,7 @@ function setupKey() {
   $("refresh-collections").addEventListener("click", loadCollections);
   $("collection").addEventListener("change", () => {
     $("upload-target").textContent = $("collection").value || "the selected collection";
+    showIndex();
   });
 }
 
