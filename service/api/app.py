@@ -192,8 +192,8 @@ def create_app(
                    snapshots.router, transfer.router):
         app.include_router(router)
     # Last, so its lifespan runs inside every router's: the MCP router's imports its SDK and builds the server's
-    # pydantic models (46,000 objects) when it starts, and left unfrozen they made each full collection during
-    # a large job hold the GIL for about 40 ms (docs/soak/README.md).
+    # pydantic models when it starts, and left unfrozen they are walked by every full collection, with the GIL
+    # held, during a large job (docs/benchmarks.md has the figures).
     app.include_router(APIRouter(lifespan=_freeze_when_started))
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_request_bytes,
                        upload_max_bytes=settings.limits.max_upload_bytes,

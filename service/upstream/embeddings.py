@@ -156,8 +156,8 @@ class EmbeddingClient:
     ) -> np.ndarray:
         """Exactly one request for ``texts``, its vectors as the rows of one float32 matrix: the indexer's form
         (it sizes its batches by tokens itself). A list of floats per vector is a container the garbage
-        collector walks float by float; thousands of them in flight made each full collection hold the GIL for
-        about 50 ms (the soak's event-loop stall, docs/soak/README.md). A matrix is one object it never walks."""
+        collector walks float by float, holding the GIL, and a large job keeps thousands in flight; a matrix is
+        one object it never walks (docs/benchmarks.md has the figures)."""
         return await self._embed_batch(texts, timeout_s=self._batch_timeout_s, dimensions=dimensions, lane=lane,
                                        wait_while_down=wait_while_down)
 
