@@ -49,6 +49,11 @@ class RunnerSettings(BaseModel):
         "NUMA node less one reserved core, the same for every runner). Either variable set in the environment "
         "wins (service/runners/cores.py).",
     )
+    cpu_quiet_wait: bool = Field(
+        True, description="vllm-cpu hosts: start each runner with ragserve's hook that makes vLLM's queue between "
+        "its engine core and worker wait on a socket instead of spinning on the cores for 1 s after each message "
+        "(service/runners/quiet_wait/sitecustomize.py). Off: vLLM's own behaviour.",
+    )
     startup_timeout_s: float = Field(600.0, description="How long the launcher waits for /health.")
 
     @field_validator("embed_url", "rerank_url", "generate_url", mode="before")

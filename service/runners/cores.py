@@ -18,9 +18,10 @@ The plan, over the CPUs this process may run on (``os.sched_getaffinity``), for 
 - ``vllm``: nothing set, vLLM's placement as above.
 
 A runner's worker keeps no core in reserve (``VLLM_CPU_NUM_OF_RESERVED_CPU=0``): its API server and engine core
-mostly wait on sockets, and the kernel schedules them on the same cores. A runner of ``t`` tensor-parallel ranks
-gets its group cut into ``t`` parts (``0-3|4-7``), as vLLM reads the variable (ranks counts every worker process of
-the runner: tensor x pipeline x data parallel).
+mostly wait on sockets, and the kernel schedules them on the same cores. That they wait rather than spin is the
+launcher's doing (``RAGSERVE_RUNNERS__CPU_QUIET_WAIT``, ``service/runners/quiet_wait/``). A runner of ``t``
+tensor-parallel ranks gets its group cut into ``t`` parts (``0-3|4-7``), as vLLM reads the variable (ranks counts
+every worker process of the runner: tensor x pipeline x data parallel).
 
 Set either variable (``VLLM_CPU_OMP_THREADS_BIND``, ``VLLM_CPU_NUM_OF_RESERVED_CPU``) in ragserve's environment and
 the launcher plans nothing: the runners inherit the user's values.

@@ -137,6 +137,8 @@ def runner_specs(settings: Settings, profile: Profile | None = None, *, cpu: boo
     specs = [replica for spec in specs for replica in _replicas(spec, _ports(setting[spec.name]))]
     if cpu:
         _plan_cores(settings, specs)
+        if settings.runners.cpu_quiet_wait:
+            _quiet_waits(specs)
     else:
         _check_gpu_share(settings, specs)
     return specs
@@ -151,6 +153,17 @@ def _plan_cores(settings: Settings, specs: Sequence[RunnerSpec]) -> None:
         raise RunnerConfigError(str(exc)) from exc
     for spec, env in zip(specs, plans, strict=True):
         spec.env.update(env)
+
+
+QUIET_WAIT = Path(__file__).with_name("quiet_wait")
+"""The folder of the start-up hook that stops vLLM-CPU's queue readers spinning (its ``sitecustomize.py``)."""
+
+
+def _quiet_waits(specs: Sequence[RunnerSpec]) -> None:
+    """Put :data:`QUIET_WAIT` first on each CPU runner's path, before any path of its own (the VL runner's)."""
+    for spec in specs:
+        rest = spec.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        spec.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(QUIET_WAIT), rest) if p)
 
 
 ENGINE_KEYS = {"embedding": "embed", "rerank": "rerank", "generate": "generate"}

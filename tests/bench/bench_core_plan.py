@@ -2,7 +2,7 @@
 and during an indexing job, with each plan, in alternating rounds on this machine.
 
     python -m tests.bench.bench_core_plan [--profile minilm|qwen3-tiny] [--plans vllm,auto] [--rounds 2]
-        [--docs 600] [--rate 4] [--idle-s 20] [--json out.json]
+        [--quiet-wait on|off|on,off] [--docs 600] [--rate 4] [--idle-s 20] [--json out.json]
 
 Each round starts the profile's runners with one plan (the launcher's own specs, on free ports), reads the cores
 their workers bound from their logs, starts ``ragserve serve --with-worker`` (embedded store) against them, seeds a
@@ -119,9 +119,11 @@ async def measure(url: str, embed_url: str, args: argparse.Namespace, rerank: bo
             "job_s": round(took, 1), "tokens": int(tokens), "tokens_per_s": round(tokens / took)}
 
 
-def one_round(plan: str, args: argparse.Namespace, tiny: Path | None, root: Path) -> dict[str, Any]:
+def one_round(plan: str, quiet_wait: bool, args: argparse.Namespace, tiny: Path | None,
+              root: Path) -> dict[str, Any]:
     ports = [free_port(), free_port()]
-    runners: dict[str, Any] = {"embed_url": f"http://127.0.0.1:{ports[0]}", "cpu_plan": plan}
+    runners: dict[str, Any] = {"embed_url": f"http://127.0.0.1:{ports[0]}", "cpu_plan": plan,
+                               "cpu_quiet_wait": quiet_wait}
     if tiny is not None:
         runners |= {"rerank_url": f"http://127.0.0.1:{ports[1]}", "embed_model_path": str(tiny),
                     "rerank_model_path": str(tiny), "max_model_len": 512}
@@ -144,7 +146,7 @@ def one_round(plan: str, args: argparse.Namespace, tiny: Path | None, root: Path
         finally:
             proc.terminate()
             proc.wait(60)
-    return {"plan": plan, "cores": cores, "runner_env": {s.label: {k: v for k, v in s.env.items()
+    return {"plan": plan, "quiet_wait": quiet_wait, "cores": cores, "runner_env": {s.label: {k: v for k, v in s.env.items()
                                                                    if k.startswith("VLLM_CPU_")} for s in specs},
             **result}
 
@@ -154,6 +156,8 @@ def main() -> None:
     parser.add_argument("--profile", choices=["minilm", "qwen3-tiny"], default="minilm")
     parser.add_argument("--plans", default="vllm,auto")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quiet-wait", default="on", help="the runners' RAGSERVE_RUNNERS__CPU_QUIET_WAIT: on, off "
+                        "or on,off (each plan with each, in turn)")
     parser.add_argument("--docs", type=int, default=600)
     parser.add_argument("--rate", type=float, default=4.0, help="searches per second")
     parser.add_argument("--idle-s", type=float, default=20.0)
@@ -168,10 +172,10 @@ def main() -> None:
 
             tiny = build_tiny_qwen3(root / "tiny-qwen3")
         for r in range(args.rounds):
-            for plan in args.plans.split(","):
-                row = {"round": r + 1, **one_round(plan, args, tiny, root)}
+            for plan, quiet in [(p, q) for p in args.plans.split(",") for q in args.quiet_wait.split(",")]:
+                row = {"round": r + 1, **one_round(plan, quiet == "on", args, tiny, root)}
                 rows.append(row)
-                print(f"round {r + 1} plan {plan:<6} cores {row['cores']}: {row['tokens_per_s']:,} tokens/s "
+                print(f"round {r + 1} plan {plan:<6} quiet wait {quiet:<3} cores {row['cores']}: {row['tokens_per_s']:,} tokens/s "
                       f"({row['tokens']:,} in {row['job_s']} s); search p50/p99 idle "
                       f"{row['idle']['p50_ms']}/{row['idle']['p99_ms']} ms, during the job "
                       f"{row['during_job']['p50_ms']}/{row['during_job']['p99_ms']} ms "

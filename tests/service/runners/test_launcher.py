@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from service.config import Settings
-from service.runners.launcher import RunnerConfigError, runner_specs
+from service.runners.launcher import QUIET_WAIT, RunnerConfigError, runner_specs
+from service.runners.vl_site import default_site_dir
 
 
 def _flag(args: list[str], name: str) -> str:
@@ -32,16 +34,25 @@ def test_qwen3_gpu_specs() -> None:
     assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
 
 
-def test_cpu_specs_and_overrides() -> None:
+def test_cpu_specs_and_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/users/own")
     s = Settings(profile="qwen3", runners={"embed_model_path": "/m/e", "rerank_model_path": "/m/r",
                                            "max_model_len": 2048, "cpu_kvcache_gib": 2,
                                            "embed_url": "http://127.0.0.1:9001", "rerank_url": "http://127.0.0.1:9002",
                                            "cpu_plan": "vllm"})
-    emb, rr, _gen = runner_specs(s, cpu=True)
+    emb, rr, gen = runner_specs(s, cpu=True)
     assert emb.checkpoint == "/m/e" and rr.checkpoint == "/m/r"
     assert (emb.port, rr.port) == (9001, 9002)
     assert "--enforce-eager" in emb.args and _flag(emb.args, "--max-model-len") == "2048"
-    assert emb.env == {"VLLM_CPU_KVCACHE_SPACE": "2"}
+    # Every CPU runner starts with the quiet_wait hook first on its path (tests/service/runners/test_quiet_wait.py),
+    # the VL runner's own folder and the user's path after it; a GPU runner has neither.
+    assert emb.env == {"VLLM_CPU_KVCACHE_SPACE": "2", "PYTHONPATH": f"{QUIET_WAIT}{os.pathsep}/users/own"}
+    assert gen.env["PYTHONPATH"] == os.pathsep.join([str(QUIET_WAIT), str(default_site_dir()), "/users/own"])
+    assert all("PYTHONPATH" not in spec.env for spec in runner_specs(s, cpu=False))
+    off = runner_specs(s.model_copy(update={"runners": s.runners.model_copy(update={"cpu_quiet_wait": False})}),
+                       cpu=True)
+    assert off[0].env == {"VLLM_CPU_KVCACHE_SPACE": "2"}
+    assert off[2].env["PYTHONPATH"] == os.pathsep.join([str(default_site_dir()), "/users/own"])
 
 
 def test_minilm_has_one_runner_from_the_packaged_model() -> None:
