@@ -83,6 +83,10 @@ class QdrantSettings(BaseModel):
         10, ge=0, le=19, description="Embedded store: the niceness added to a background build's process, so the "
         "serving process keeps the CPU it needs.",
     )
+    edge_build_hold: str | None = Field(
+        None, description="Tests only: while this file exists, a background build waits between building its copy "
+        "and catching it up (its phase says held), so a test can act at that point (tests/faults).",
+    )
     shard_number: int | None = Field(None, description="Shards per new collection (server; default: Qdrant's).")
     replication_factor: int | None = Field(None, description="Copies of each shard (a Qdrant cluster).")
     write_consistency_factor: int | None = Field(None, description="Replicas that must ack a write.")

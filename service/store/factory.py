@@ -41,6 +41,7 @@ def edge_options(settings: Settings) -> dict[str, Any]:
             "int8_oversampling": q.int8_oversampling,
             "min_free_bytes": q.edge_min_free_mb << 20, "background_build": q.edge_build,
             "build_threshold": q.edge_build_threshold, "build_nice": q.edge_build_nice,
+            "build_hold": q.edge_build_hold,
             "build_overrides": {name: o.model_dump(exclude_none=True) for name, o in q.edge_build_collections.items()}}
 
 
