@@ -140,6 +140,20 @@ class BuildRecord:
     last_seconds: float | None = None
 
 
+OOM_FIRST = 1000
+"""The builder's ``oom_score_adj``: the kernel's largest, so it is the first process killed when the host runs
+out of memory."""
+
+
+def first_to_go(pid: int) -> None:
+    """Linux: make the builder the out-of-memory killer's first choice. A host without swap that runs short then
+    loses the build (given up: "killed by signal 9", the copy deleted), not a runner, the API or the store. Set
+    from here as soon as it is spawned, before it loads anything; raising a process's own score needs no
+    privilege."""
+    with suppress(OSError):
+        Path(f"/proc/{pid}/oom_score_adj").write_text(str(OOM_FIRST))
+
+
 class Builds:
     """The background builds of one store. ``hold`` (tests only): while that file exists, a built copy waits
     before its catch-up, so that a test can write, delete and kill the store at that point."""
@@ -331,6 +345,7 @@ class Builds:
         job.process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "service.store.edge_build", str(job.folder), json.dumps(spec),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        first_to_go(job.process.pid)
         job.building_since = self._clock()
         out, err = await job.process.communicate()
         self._check(job)

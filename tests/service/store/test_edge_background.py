@@ -347,6 +347,8 @@ async def test_writes_racing_the_catch_up_and_the_swap_are_all_kept(tmp_path: Pa
 
 
 async def test_a_killed_builder_is_reported_and_the_store_goes_on(tmp_path: Path) -> None:
+    """The builder is what the kernel kills first when the host runs out of memory (``oom_score_adj`` 1000, set
+    as it is spawned); its SIGKILL stands for that kill."""
     root = tmp_path / "qdrant"
     store = await open_edge(root, tmp_path / "no-hold")
     try:
@@ -358,6 +360,7 @@ async def test_a_killed_builder_is_reported_and_the_store_goes_on(tmp_path: Path
                 if job is not None and job.process is not None:
                     break
                 await asyncio.sleep(0.002)
+        assert Path(f"/proc/{job.process.pid}/oom_score_adj").read_text() == "1000\n"
         job.process.kill()  # still starting up: its Python and the engine load take far longer than this poll
         failed = await until(store, lambda s: s.build != "running")
         assert failed.build == "failed" and "killed by signal 9" in (failed.reason or "")
