@@ -9,6 +9,7 @@ import json
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from service.store import snapshots
 from service.store.base import VectorStore
 from service.store.edge import EdgeStore
 from service.store.edge_background import ALMOST_DONE, estimate
+from service.store.edge_space import _allocated_bytes
 from service.store.errors import StoreError
 from service.store.proxy import ProcessStore
 from service.store.types import Chunk, IndexStatus, SparseVector
@@ -346,6 +348,10 @@ async def test_writes_racing_the_catch_up_and_the_swap_are_all_kept(tmp_path: Pa
         await again.aclose()
 
 
+def oom_score_adj(pid: int) -> str:
+    return Path(f"/proc/{pid}/oom_score_adj").read_text()
+
+
 async def test_a_killed_builder_is_reported_and_the_store_goes_on(tmp_path: Path) -> None:
     """The builder is what the kernel kills first when the host runs out of memory (``oom_score_adj`` 1000, set
     as it is spawned); its SIGKILL stands for that kill."""
@@ -360,7 +366,7 @@ async def test_a_killed_builder_is_reported_and_the_store_goes_on(tmp_path: Path
                 if job is not None and job.process is not None:
                     break
                 await asyncio.sleep(0.002)
-        assert Path(f"/proc/{job.process.pid}/oom_score_adj").read_text() == "1000\n"
+        assert oom_score_adj(job.process.pid) == "1000\n"
         job.process.kill()  # still starting up: its Python and the engine load take far longer than this poll
         failed = await until(store, lambda s: s.build != "running")
         assert failed.build == "failed" and "killed by signal 9" in (failed.reason or "")
@@ -526,5 +532,36 @@ async def test_a_collection_has_its_own_switch_and_threshold(tmp_path: Path) -> 
         await store.build_index("off")  # on demand, whatever the switch says
         built = await until(store, lambda s: s.build != "running", name="off")
         assert (built.build, built.last_built, built.unindexed) == ("off", "hnsw", 0)
+    finally:
+        await store.aclose()
+
+
+async def test_a_build_short_of_disk_is_given_up_and_says_why(tmp_path: Path) -> None:
+    """The disk as the store sees it: the reserve (``min_free``) set so that the free space above it holds half
+    of the shard's allocated size, plenty for the last small write and not enough for the build's copy. Chunks
+    of 20 kB of text make that half several MiB, far more than other processes write while this runs."""
+    root = tmp_path / "qdrant"
+    first = await EdgeStore.open(root)
+    ledger = Ledger(first)
+    await first.create_collection("c", dimensions=DIMS, model="m", sparse=SparseConfig())
+    for i in range(THRESHOLD // 5 - 1):
+        await ledger.upsert([replace(c, text=c.text + " " + "x" * 20_000) for c in doc(f"d{i}", 5, "h1")])
+    await first.aclose()
+    shard = _allocated_bytes([root / "collections" / "c" / "shard"])
+    assert shard > 8 << 20, shard
+    st = os.statvfs(root)
+    store = await EdgeStore.open(root, background_build=True, build_threshold=THRESHOLD, write_batch=64,
+                                 min_free_bytes=st.f_bavail * st.f_frsize - shard // 2)
+    try:
+        ledger.store = store
+        await ledger.upsert(doc(f"d{THRESHOLD // 5 - 1}", 5, "h1"))  # the write that reaches the threshold
+        failed = await until(store, lambda s: s.build != "running")
+        assert failed.build == "failed", failed
+        assert (failed.reason or "").startswith("no room for the build's copy of the shard: the data disk is full: ")
+        assert "RAGSERVE_QDRANT__EDGE_MIN_FREE_MB" in (failed.reason or "")
+        assert shard_folders(root) == ["shard"] and (failed.indexed, failed.unindexed) == (0, THRESHOLD)
+        await ledger.upsert(doc("later", 2, "h1"))  # the store goes on serving
+        await ledger.check()
+        assert len(await answers(store)) == 5
     finally:
         await store.aclose()
