@@ -11,6 +11,7 @@ import pytest
 from service.config import Settings
 from service.runners.launcher import (
     MEDIA_DOMAIN_NOBODY,
+    QUIET_WAIT,
     RunnerConfigError,
     RunnerProcess,
     RunnerSpec,
@@ -67,10 +68,12 @@ def test_cpu_generator_gets_the_torchvision_site_on_its_own_path(tmp_path: Path)
     specs = runner_specs(s, cpu=True)
     spec = specs[-1]
     assert spec.name == "generate" and spec.checkpoint == "/m/vl" and spec.port == 9104
-    assert spec.env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path)
+    # after the quiet_wait hook every CPU runner starts with (test_launcher.py), before the rest of the path
+    assert spec.env["PYTHONPATH"].split(os.pathsep)[:2] == [str(QUIET_WAIT), str(tmp_path)]
     assert spec.env["VLLM_CPU_KVCACHE_SPACE"] == "3"
     assert "--enforce-eager" in spec.args and "--gpu-memory-utilization" not in spec.args
-    assert all("PYTHONPATH" not in other.env for other in specs[:-1])  # the pooling runners do not get it
+    # the pooling runners do not get it
+    assert all(str(tmp_path) not in other.env["PYTHONPATH"].split(os.pathsep) for other in specs[:-1])
     assert spec.requires == [tmp_path / "torchvision"]
     with pytest.raises(RunnerStartError, match="torchvision.*missing.*setup.sh"):
         RunnerProcess(spec, tmp_path / "logs").start()
