@@ -1,0 +1,236 @@
+"""The embedded store at scale while it serves: points loaded through the store's own process (as ``ragserve
+serve`` runs it) with searches running, indexed by background builds, and searched before, during and after.
+
+    python -m tests.bench.bench_served_build [--size 100000] [--dims 1024] [--threshold 20000] [--rate 4]
+        [--queries 100] [--hnsw-ef 256] [--workdir DIR] [--json out.json]
+
+Data: ``tests/bench/bench_store.py``'s synthetic set with its defaults and seed (Gaussian clusters plus as much
+noise, BM25-shaped sparse vectors), ``--dims`` wide; cached under ``--workdir``. The vectors are precomputed and
+written through ``ProcessStore.upsert`` in batches of 256, the write path of the API's store; the store builds
+in the background once ``--threshold`` points are unindexed (``RAGSERVE_QDRANT__EDGE_BUILD_THRESHOLD``).
+
+While it loads and builds, one search every ``1/--rate`` s goes to the store process, dense, sparse and hybrid in
+turn, each labelled with what the store was doing (its collection status, read every second): ``loading``,
+``building`` (a build running, the load over or not) or ``indexed``. Once the load ends the points still under
+the threshold are built on demand (``build_index``, the admin route's call), so the whole collection ends indexed.
+
+After: the store process's peak RSS (and every builder's, sampled each second), then the folder reopened in this
+process as ``EdgeStore`` and measured as ``bench_store`` measures (``run_queries``: concurrency 1, CPU time of
+this process per call), and dense recall@10 against numpy's exact top-10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tests.bench import bench_store
+from tests.bench.bench_store import BATCH, COLLECTION, Data, K, overlap, production_fusion, run_queries
+
+MODES = ("dense", "sparse", "hybrid")
+
+
+def vm_kib(pid: int, field: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for t in os.listdir(f"/proc/{pid}/task")
+                for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def exact_top(data: Data, nq: int) -> list[list[int]]:
+    """Numpy's exact dense top-10 of the first ``nq`` queries, in blocks (1M x 1024 is 4 GB of float32)."""
+    q = np.asarray(data.q[:nq], np.float32)
+    best_s = np.full((nq, K), -np.inf, np.float32)
+    best_i = np.zeros((nq, K), np.int64)
+    for start in range(0, data.n, 65_536):
+        block = np.asarray(data.x[start:start + 65_536], np.float32)
+        s = q @ block.T
+        top = np.argpartition(-s, K, axis=1)[:, :K] if s.shape[1] > K else np.argsort(-s, axis=1)
+        cand_s = np.concatenate([best_s, np.take_along_axis(s, top, 1)], 1)
+        cand_i = np.concatenate([best_i, top + start], 1)
+        order = np.argsort(-cand_s, axis=1)[:, :K]
+        best_s, best_i = np.take_along_axis(cand_s, order, 1), np.take_along_axis(cand_i, order, 1)
+    return best_i.tolist()
+
+
+class Watch:
+    """What the store is doing, read every second; the searches label themselves with it."""
+
+    def __init__(self, store: Any, pid: int) -> None:
+        self.store, self.pid = store, pid
+        self.state = "loading"
+        self.loaded = False
+        self.timeline: list[dict[str, Any]] = []
+        self.builder_peak_kib = 0
+        self.started = time.monotonic()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            info = await self.store.get_collection(COLLECTION)
+            index = info.index
+            self.state = "building" if index.build == "running" else "loading" if not self.loaded else "indexed"
+            self.timeline.append({"t": round(time.monotonic() - self.started, 1), "points": info.points,
+                                  "indexed": index.indexed, "unindexed": index.unindexed, "build": index.build,
+                                  "phase": index.phase})
+            for child in children(self.pid):
+                self.builder_peak_kib = max(self.builder_peak_kib, vm_kib(child, "VmHWM"))
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
+            except TimeoutError:
+                pass
+
+
+async def searches(store: Any, data: Data, watch: Watch, rate: float, stop: asyncio.Event,
+                   out: list[dict[str, Any]]) -> None:
+    fusion, j = production_fusion(), 0
+    while not stop.is_set():
+        mode = MODES[j % 3]
+        q = j % len(data.q)
+        started, error = time.perf_counter(), None
+        try:
+            await store.query(COLLECTION, limit=K, dense=data.q[q].tolist() if mode != "sparse" else None,
+                              sparse=data.query_sparse(q) if mode != "dense" else None,
+                              fusion=fusion if mode == "hybrid" else None)
+        except Exception as exc:  # noqa: BLE001 - a figure: every error is counted, none is expected
+            error = type(exc).__name__
+        out.append({"state": watch.state, "mode": mode, "ms": (time.perf_counter() - started) * 1000,
+                    "error": error, "t": round(time.monotonic() - watch.started, 2)})
+        j += 1
+        try:
+            await asyncio.wait_for(stop.wait(), 1 / rate)
+        except TimeoutError:
+            pass
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for state in ("loading", "building", "indexed"):
+        for mode in MODES:
+            ms = [r["ms"] for r in rows if r["state"] == state and r["mode"] == mode]
+            if ms:
+                out[f"{state}.{mode}"] = {"n": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 2),
+                                          "p99_ms": round(float(np.percentile(ms, 99)), 2),
+                                          "max_ms": round(max(ms), 2)}
+    out["errors"] = sum(1 for r in rows if r["error"])
+    out["longest_ms"] = round(max((r["ms"] for r in rows), default=0.0), 2)  # across every swap included
+    return out
+
+
+async def built(store: Any) -> None:
+    """Until no build runs (the status is all there is to wait on)."""
+    while True:
+        if (await store.get_collection(COLLECTION)).index.build != "running":
+            return
+        await asyncio.sleep(1)
+
+
+async def served(data: Data, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from service.sparse.config import SparseConfig
+    from service.store.proxy import ProcessStore
+
+    store = await ProcessStore.open(root, background_build=True, build_threshold=args.threshold,
+                                    hnsw_ef=args.hnsw_ef, timeout_s=3600)
+    pid = store._process.pid
+    await store.create_collection(COLLECTION, dimensions=data.dim, model="bench", sparse=SparseConfig())
+    watch, stop, rows = Watch(store, pid), asyncio.Event(), []
+    tasks = [asyncio.create_task(watch.run(stop)),
+             asyncio.create_task(searches(store, data, watch, args.rate, stop, rows))]
+    started = time.perf_counter()
+    for start in range(0, data.n, BATCH):
+        end = min(start + BATCH, data.n)
+        await store.upsert(COLLECTION, [data.chunk(i) for i in range(start, end)], data.x[start:end],
+                           [data.doc_sparse(i) for i in range(start, end)])
+        if (end // BATCH) % 100 == 0:
+            print(f"  {end:,}/{data.n:,} points, {end / (time.perf_counter() - started):,.0f}/s, "
+                  f"store {watch.state}", flush=True)
+    load_s = time.perf_counter() - started
+    watch.loaded = True
+    await built(store)
+    tail_started = time.perf_counter()
+    if (await store.get_collection(COLLECTION)).index.unindexed:
+        await store.build_index(COLLECTION)  # the points under the threshold: on demand, as an admin would
+        await built(store)
+    indexed_s, tail_s = time.perf_counter() - started, time.perf_counter() - tail_started
+    await asyncio.sleep(min(30.0, 60 / args.rate))  # searches of the indexed collection, still served
+    stop.set()
+    await asyncio.gather(*tasks)
+    final = await store.get_collection(COLLECTION)
+    store_peak_kib = vm_kib(pid, "VmHWM")
+    await store.aclose()
+    return {"load_s": round(load_s, 1), "load_points_s": round(data.n / load_s), "tail_build_s": round(tail_s, 1), "indexed_after_s": round(indexed_s, 1),
+            "final": {"points": final.points, "indexed": final.index.indexed, "unindexed": final.index.unindexed,
+                      "last_seconds": final.index.last_seconds},
+            "store_peak_mib": round(store_peak_kib / 1024), "builder_peak_mib": round(watch.builder_peak_kib / 1024),
+            "searches": summary(rows), "timeline": watch.timeline, "search_rows": rows}
+
+
+async def after(data: Data, root: Path, args: argparse.Namespace, exact: list[list[int]]) -> dict[str, Any]:
+    from service.store.edge import EdgeStore
+
+    store = await EdgeStore.open(root, timeout_s=3600, hnsw_ef=args.hnsw_ef)
+    try:
+        out: dict[str, Any] = {}
+        for mode in MODES:
+            result = await run_queries(store, data, mode, args.queries, production_fusion())
+            ids = result.pop("ids")
+            if mode == "dense":
+                result["recall@10"] = round(overlap(ids, exact), 4)
+            out[mode] = result
+        return out
+    finally:
+        await store.aclose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--dims", type=int, default=bench_store.DIM)
+    parser.add_argument("--threshold", type=int, default=20_000)
+    parser.add_argument("--rate", type=float, default=4.0, help="searches per second during the load and build")
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--hnsw-ef", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=20261201)
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-served-build-"))
+    data_dir = work / f"synthetic-{args.size}-{args.dims}"
+    if not (data_dir / "meta.json").exists():
+        bench_store.DIM = args.dims  # make_synthetic draws DIM-wide centres
+        bench_store.make_synthetic(data_dir, args.size, args.queries, args.seed)
+    data = Data(data_dir)
+    exact = exact_top(data, args.queries)
+    root = work / f"store-{time.strftime('%Y%m%dT%H%M%S')}"
+    result = {"size": data.n, "dims": data.dim, "threshold": args.threshold, "hnsw_ef": args.hnsw_ef,
+              "rate": args.rate, "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()[0]}
+    result["served"] = asyncio.run(served(data, root, args))
+    result["after"] = asyncio.run(after(data, root, args, exact))
+    result["loadavg_end"] = os.getloadavg()[0]
+    s, a = result["served"], result["after"]
+    print(json.dumps({k: v for k, v in s.items() if k not in ("timeline", "search_rows")}, indent=1))
+    print(json.dumps(a, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
