@@ -162,8 +162,13 @@ QUIET_WAIT = Path(__file__).with_name("quiet_wait")
 def _quiet_waits(specs: Sequence[RunnerSpec]) -> None:
     """Put :data:`QUIET_WAIT` first on each CPU runner's path, before any path of its own (the VL runner's)."""
     for spec in specs:
-        rest = spec.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-        spec.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(QUIET_WAIT), rest) if p)
+        own = spec.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        spec.env["PYTHONPATH"] = _first_on_path(QUIET_WAIT, own)
+
+
+def _first_on_path(folder: Path, path: str) -> str:
+    """``path`` (a ``PYTHONPATH``) with ``folder`` in front."""
+    return os.pathsep.join(p for p in (str(folder), path) if p)
 
 
 ENGINE_KEYS = {"embedding": "embed", "rerank": "rerank", "generate": "generate"}
@@ -252,7 +257,7 @@ def generator_spec(settings: Settings, profile: Profile, *, cpu: bool) -> Runner
         # a patched copy lives beside it and is put on this runner's path only (deploy/local/setup.sh).
         site = gs.cpu_extra_site or default_site_dir()
         requires.append(site / "torchvision")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = _first_on_path(site, os.environ.get("PYTHONPATH", ""))
     else:
         args += ["--gpu-memory-utilization", f"{gs.gpu_memory_utilization:g}"]
     if gs.lora_adapters:

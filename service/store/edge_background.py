@@ -148,8 +148,8 @@ out of memory."""
 def first_to_go(pid: int) -> None:
     """Linux: make the builder the out-of-memory killer's first choice. A host without swap that runs short then
     loses the build (given up: "killed by signal 9", the copy deleted), not a runner, the API or the store. Set
-    from here as soon as it is spawned, before it loads anything; raising a process's own score needs no
-    privilege."""
+    from here as soon as it is spawned, before it loads anything: raising the score of a process of the same user
+    needs no privilege."""
     with suppress(OSError):
         Path(f"/proc/{pid}/oom_score_adj").write_text(str(OOM_FIRST))
 
