@@ -11,14 +11,20 @@ the copy up with what was written meanwhile and swaps it in:
 2. build: ``python -m service.store.edge_build`` (niced) indexes the copy and exits 0; the store awaits it without
    blocking its loop.
 3. catch up: the built copy is loaded here, and each touched id is made equal to the live shard's point (copied
-   with its vectors and payload, or deleted where the live shard no longer has it): once without the lock, then,
-   with the lock held, for the ids touched since. A delete or a replacement made during the build is therefore
-   kept: a point deleted in the live shard is deleted in the copy, whatever the copy held.
-4. swap: with the lock still held, tenant indexes created meanwhile are created on the copy, the copy is flushed,
+   with its vectors and payload, or deleted where the live shard no longer has it): in rounds without the lock,
+   each taking the ids that the writes made during the one before touched, then, with the lock held, for the
+   last few. A delete or a replacement made during the build is therefore kept: a point deleted in the live
+   shard is deleted in the copy, whatever the copy held. The loop answers searches between batches.
+4. swap: with the lock still held, tenant indexes created meanwhile are created on the copy,
    ``collection.json`` is rewritten (atomically) to name it, and the in-memory shard is switched; the old folder
    is deleted afterwards. ``collection.json`` is the commit point: after a crash, :func:`remove_leftovers` deletes
    every shard folder it does not name, so a restart serves the old shard or the new one, never a mix, and every
-   acknowledged write is in whichever it names (the old one's WAL, or the copy, flushed before the switch).
+   acknowledged write is in whichever it names: the copy's catch-up is in its write-ahead log, as every write to
+   the live shard is in the live one's, so neither is flushed at the swap.
+
+What still holds searches at a swap: the engine holds the GIL in every call (its binding never releases it), so
+the copy's load and the old shard's close (which flushes it) hold the store's loop for their length, in a thread
+or not. docs/store-benchmark.md has the figures.
 
 A build is given up (its copy deleted, the reason in :class:`~service.store.types.IndexStatus`) when its builder
 fails or is killed, the disk has no room for the copy, the collection is deleted, or its quantization changes.
@@ -100,6 +106,11 @@ def estimate(phase: str, building_s: float, points: int, dimensions: int, cost_s
         share = building_s / expected if expected > 0 else 1.0
         return round(min(share, ALMOST_DONE), 3), round(max(expected - building_s, 0.0), 1)
     return ALMOST_DONE, None
+
+
+CATCH_UP_ROUNDS = 8
+"""At most this many rounds of catching up without the write lock (:meth:`Builds._swap`): where writes outpace the
+catch-up, the last round, with the lock, takes what is left and writes wait for it."""
 
 
 class BuildGivenUp(Exception):
@@ -363,22 +374,38 @@ class Builds:
         name = coll.info.name
         job.phase = "catching up"
         config = _config(coll.info.dimensions, coll.info.sparse is not None, search_threads=self._search_threads)
+        began = self._clock()
         new: qe.EdgeShard | None = await self._long_run(name, lambda: qe.EdgeShard.load(str(job.folder), config))
         assert new is not None
+        loaded, rounds, caught = self._clock(), 0, 0
         try:
-            await self._catch_up(coll, new, job.take())  # writes go on meanwhile, and are recorded again
+            # Round after round without the lock, each copying what the writes made during the one before touched:
+            # the rest shrinks as long as catching up outpaces writing, and the last round, with the lock held
+            # (writes wait, searches go on), has only what the last of these let in.
+            while rounds < CATCH_UP_ROUNDS:
+                ids = job.take()
+                rounds, caught = rounds + 1, caught + len(ids)
+                await self._catch_up(coll, new, ids)
+                if len(job.touched) <= self._batch:
+                    break
             async with coll.write_lock:
+                locked = self._clock()
                 self._check(job)
-                await self._catch_up(coll, new, job.take())
+                ids = job.take()
+                caught += len(ids)
+                await self._catch_up(coll, new, ids)
                 for f in sorted(coll.tenant_fields):
                     await self._run(name, lambda f=f: _tenant_index(new, f))
-                await self._long_run(name, new.flush)
                 old, old_dir = coll.shard, coll.shard_dir
                 await self._point_to(coll, job.folder.name)
                 coll.shard, new = new, None
+                held = self._clock() - locked
         finally:
             if new is not None:
                 await self._long_run(name, new.close)
+        log.info("background build of %s swapped in: copy loaded in %.1f s, %d ids caught up in %d+1 rounds, "
+                 "%.1f s in all, writes held %.2f s", name, loaded - began, caught, rounds,
+                 self._clock() - loaded, held)
         await self._long_run(name, old.close)
         await asyncio.to_thread(shutil.rmtree, coll.folder / old_dir, True)
 
@@ -416,6 +443,10 @@ class Builds:
                 ops.append(qe.UpdateOperation.delete_points(gone))
             for op in ops:
                 await self._run(name, lambda op=op: new.update(op))
+            # In the store's own process each engine call above ran on the loop's thread without giving it up:
+            # here the searches (and writes) that came meanwhile are answered, one batch apart. Without it a
+            # catch-up of 47,872 ids held every search for 5.9 s (docs/store-benchmark.md).
+            await asyncio.sleep(0)
 
 
 def _now() -> str:

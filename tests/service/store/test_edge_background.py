@@ -348,6 +348,40 @@ async def test_writes_racing_the_catch_up_and_the_swap_are_all_kept(tmp_path: Pa
         await again.aclose()
 
 
+async def test_a_catch_up_answers_the_loop_between_its_batches(tmp_path: Path) -> None:
+    """In the store's own process (``inline``) every engine call runs on the loop's thread: the catch-up gives the
+    loop up after each batch, so what else waits on it (searches, here a task reading the copy) runs one batch
+    apart, not once the whole catch-up is over."""
+    import qdrant_edge as qe
+
+    from service.store.edge_shard import _config
+
+    store = await EdgeStore.open(tmp_path / "qdrant", inline=True, write_batch=4)
+    try:
+        await store.create_collection("c", dimensions=DIMS, model="m", sparse=SparseConfig())
+        chunks = [c for i in range(6) for c in doc(f"d{i}", 5, "h1")]
+        await store.upsert("c", chunks, vectors_for(chunks), sparse_for(chunks))
+        coll = store._collections["c"]
+        copy = qe.EdgeShard.create(str(tmp_path / "copy"), _config(DIMS, True))
+        seen: list[int] = []
+        done = False
+
+        async def reader() -> None:
+            while not done:
+                seen.append(copy.info().points_count)
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(reader())
+        await asyncio.sleep(0)
+        await store._builds._catch_up(coll, copy, sorted(c.id_in("c") for c in chunks))
+        done = True
+        await task
+        assert seen == [0, 4, 8, 12, 16, 20, 24, 28, 30]
+        copy.close()
+    finally:
+        await store.aclose()
+
+
 def oom_score_adj(pid: int) -> str:
     return Path(f"/proc/{pid}/oom_score_adj").read_text()
 
