@@ -41,7 +41,8 @@ def cmd_import(args: argparse.Namespace) -> None:
           f"(export {result.export_id})")
     if result.quantization:
         print(f"{result.quantization} quantization recorded: searches oversample and rescore now, and "
-              f"`ragserve optimize {result.collection}` (with the service stopped) builds the quantized copy")
+              f"the collection's background builds (or `ragserve optimize {result.collection} --online`) build "
+                  "the quantized copy")
 
 
 class Progress:

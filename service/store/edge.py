@@ -544,8 +544,9 @@ class EdgeStore(VectorStore):
     async def set_quantization(self, name: str, quantization: str) -> CollectionInfo:
         """Recorded in ``collection.json``, as ``ragserve optimize --int8`` records it before it quantizes: from
         now on dense searches oversample and rescore (exact over segments not yet quantized, so harmless), and
-        every ``ragserve optimize`` of the collection builds its int8 copy. The copy itself is never built here:
-        that holds the engine (and the GIL) for seconds to minutes, which no serving process may do."""
+        every build of the collection (in the background, or ``ragserve optimize``) builds its int8 copy. The copy
+        itself is never built in this process: that holds the engine (and the GIL) for seconds to minutes, which no
+        serving process may do."""
         if quantization not in self.quantizations:
             return await super().set_quantization(name, quantization)
         coll = self._get(name)
