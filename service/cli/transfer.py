@@ -42,7 +42,7 @@ def cmd_import(args: argparse.Namespace) -> None:
     if result.quantization:
         print(f"{result.quantization} quantization recorded: searches oversample and rescore now, and "
               f"the collection's background builds (or `ragserve optimize {result.collection} --online`) build "
-                  "the quantized copy")
+              "the quantized copy")
 
 
 class Progress:

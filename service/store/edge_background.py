@@ -22,9 +22,9 @@ the copy up with what was written meanwhile and swaps it in:
    acknowledged write is in whichever it names: the copy's catch-up is in its write-ahead log, as every write to
    the live shard is in the live one's, so neither is flushed at the swap.
 
-What still holds searches at a swap: the engine holds the GIL in every call (its binding never releases it), so
-the copy's load and the old shard's close (which flushes it) hold the store's loop for their length, in a thread
-or not. docs/store-benchmark.md has the figures.
+What still holds searches during a build: the engine holds the GIL in every call (its binding never releases it),
+so the live shard's flush before the copy, the copy's load and the old shard's close (which flushes it) hold the
+store's loop for their length, in a thread or not. docs/store-benchmark.md has the figures.
 
 A build is given up (its copy deleted, the reason in :class:`~service.store.types.IndexStatus`) when its builder
 fails or is killed, the disk has no room for the copy, the collection is deleted, or its quantization changes.
@@ -444,8 +444,8 @@ class Builds:
             for op in ops:
                 await self._run(name, lambda op=op: new.update(op))
             # In the store's own process each engine call above ran on the loop's thread without giving it up:
-            # here the searches (and writes) that came meanwhile are answered, one batch apart. Without it a
-            # catch-up of 47,872 ids held every search for 5.9 s (docs/store-benchmark.md).
+            # here the searches (and writes) that came meanwhile are answered, one batch apart, not after the
+            # whole catch-up (docs/store-benchmark.md, "The swap stall, mended").
             await asyncio.sleep(0)
 
 

@@ -371,13 +371,15 @@ async def test_a_catch_up_answers_the_loop_between_its_batches(tmp_path: Path) -
                 seen.append(copy.info().points_count)
                 await asyncio.sleep(0)
 
-        task = asyncio.create_task(reader())
-        await asyncio.sleep(0)
-        await store._builds._catch_up(coll, copy, sorted(c.id_in("c") for c in chunks))
-        done = True
-        await task
+        try:
+            task = asyncio.create_task(reader())
+            await asyncio.sleep(0)
+            await store._builds._catch_up(coll, copy, sorted(c.id_in("c") for c in chunks))
+            done = True
+            await task
+        finally:
+            copy.close()
         assert seen == [0, 4, 8, 12, 16, 20, 24, 28, 30]
-        copy.close()
     finally:
         await store.aclose()
 
