@@ -159,7 +159,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("edges: the processes and the network ragserve talks to", frozenset({
         "deadline", "security", "runners", "store", "upstream", "media"})),
     ("domain: the use cases", frozenset({
-        "auth", "documents", "json_types", "observability", "transfer", "search", "context", "generation",
+        "auth", "documents", "json_types", "observability", "transfer", "search", "quality", "context", "generation",
         "indexer", "evaluation"})),
     ("front ends: HTTP (REST and MCP), the server, the CLI, the demo, the generated docs", frozenset({
         "api", "server", "docs", "demo", "cli"})),

@@ -28,6 +28,7 @@ from service.api.routes import (
     mcp,
     models,
     playground,
+    quality,
     rerank,
     search,
     snapshots,
@@ -45,6 +46,7 @@ from service.generation.image_query import ImageQueryWriter
 from service.media.service import MediaService
 from service.observability.requests import RequestContextMiddleware, TracingMiddleware
 from service.profiles import Profile, default_checkpoint, get_profile
+from service.quality.log import open_quality_log
 from service.search.query_cache import QueryEmbeddingCache
 from service.search.retrieval import Retrieval
 from service.search.service import SearchService
@@ -79,8 +81,9 @@ async def build_services(
         store, embedder, reranker, max_rerank_candidates=settings.limits.max_rerank_candidates,
         observe_stage=metrics.observe_stage,
         fusion=Fusion(ss.fusion, ss.prefetch_limit, ss.rrf_k, ss.dense_weight, ss.sparse_weight),
-        query_cache=query_cache,
+        query_cache=query_cache, observe_search=metrics.quality.observe_search,
     )
+    quality_log = await open_quality_log(settings.query_log, settings.query_log_path, metrics.quality)
     writer = DocumentWriter(store, embedder, settings.limits)
     media = MediaService(settings.media, fetcher)
     gs = settings.generation
@@ -88,7 +91,7 @@ async def build_services(
         generator, max_tokens=gs.query_max_tokens, max_chars=settings.limits.max_query_chars
     )
     retrieval = Retrieval(search_service, media, image_queries, settings.limits,
-                          observe_stage=metrics.observe_stage)
+                          observe_stage=metrics.observe_stage, quality=quality_log)
     cs = settings.context
     rewriter = None if generator is None else QueryRewriter(
         generator, timeout_s=cs.rewrite_timeout_s, max_tokens=cs.rewrite_max_tokens,
@@ -97,7 +100,7 @@ async def build_services(
                                      cs, rewriter=rewriter, observe_stage=metrics.observe_stage)
     services = Services(
         settings, profile, store, embedder, reranker, search_service, writer, metrics, jobs, fetcher, media,
-        retrieval, context_service, generator,
+        retrieval, context_service, quality_log, generator,
     )
     if generator is not None:
         services.chat = ChatHandler(generator, media, context_service, settings, observe_stage=metrics.observe_stage)
@@ -143,12 +146,12 @@ def create_app(
     if not len(keyring):
         raise KeyConfigError("no API keys configured: set RAGSERVE_API_KEYS, RAGSERVE_API_KEYS_FILE or "
                          "RAGSERVE_API_KEY_HASHES (every route but /health needs one)")
-    metrics = Metrics()
+    metrics = Metrics(settings.quality)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         services = await build_services(settings, metrics, transports, resolver, store_client)
-        worker_task = None
+        worker_task = quality_task = None
         stop = asyncio.Event()
         try:
             if with_worker:
@@ -164,9 +167,12 @@ def create_app(
                 else:
                     work = worker.run_forever(stop)
                 worker_task = asyncio.create_task(work, name="ragserve-worker")
+            quality_task = asyncio.create_task(services.quality.run(stop), name="ragserve-quality-log")
             yield {"services": services}
         finally:
             stop.set()
+            if quality_task is not None:
+                await quality_task  # writes what is buffered
             if worker_task is not None:
                 worker_task.cancel()
                 with suppress(asyncio.CancelledError):
@@ -189,7 +195,7 @@ def create_app(
     # a search is not matched against every other route first.
     for router in (health.router, search.router, context.router, collections.router, deletion.router, ingest.router,
                    embeddings.router, rerank.router, models.router, chat.router, mcp.router, playground.router,
-                   snapshots.router, transfer.router):
+                   snapshots.router, transfer.router, quality.router):
         app.include_router(router)
     # Last, so its lifespan runs inside every router's: the MCP router's imports its SDK and builds the server's
     # pydantic models when it starts, and left unfrozen they are walked by every full collection, with the GIL

@@ -1,7 +1,7 @@
 """Prometheus metrics: request counts and latency per route, latency per pipeline stage, upstream errors, per
 runner replica (:mod:`service.observability.replica_metrics`), of the query-embedding cache
-(:mod:`service.search.query_cache_metrics`) and of the embedded store's index
-(:mod:`service.observability.index_metrics`).
+(:mod:`service.search.query_cache_metrics`), of the embedded store's index
+(:mod:`service.observability.index_metrics`) and of retrieval quality (:mod:`service.quality.metrics`).
 
 One registry per app, so several apps (tests) never collide on global collectors.
 """
@@ -14,15 +14,17 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.config.quality import QualitySettings
 from service.observability.index_metrics import IndexCollector
 from service.observability.replica_metrics import ReplicaCollector
+from service.quality.metrics import QualityCollector
 from service.search.query_cache_metrics import QueryCacheCollector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, quality: QualitySettings | None = None) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "ragserve_requests", "HTTP requests", ["method", "route", "status"], registry=self.registry
@@ -44,6 +46,10 @@ class Metrics:
         self.registry.register(self.query_cache)
         self.index = IndexCollector()
         self.registry.register(self.index)
+        quality = quality or QualitySettings()
+        self.quality = QualityCollector(max_collection_labels=quality.max_collection_labels,
+                                        low_score_floors=quality.low_score_floors)
+        self.registry.register(self.quality)
 
         self._children: dict[tuple[str, ...], Any] = {}
 

@@ -13,6 +13,7 @@ from service.documents.writer import DocumentWriter
 from service.generation.chat import ChatHandler
 from service.media.service import MediaService
 from service.profiles import Profile
+from service.quality.log import QualityLog
 from service.search.retrieval import Retrieval
 from service.search.service import SearchService
 from service.security.fetch import SafeFetcher
@@ -40,6 +41,8 @@ class Services:
     """The retrieval use case every way in calls (limits, the image's query, timings), over ``search``."""
     context: ContextService
     """The /v1/context use case; grounded chat's context too."""
+    quality: QualityLog
+    """Search records, feedback and the query log (every search way in records through ``retrieval``)."""
     generator: GenerationClient | None = None
     """None when the deployment serves no generation model; so is the one below."""
     chat: ChatHandler | None = None
@@ -52,6 +55,7 @@ class Services:
         self.importer = Importer(self.store, self.embedder.model)
 
     async def aclose(self) -> None:
+        await self.quality.aclose()
         await self.jobs.close()
         await self.embedder.runner.aclose()
         if self.reranker is not None:

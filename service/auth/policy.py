@@ -42,6 +42,10 @@ ROUTE_SCOPES: dict[tuple[str, str], frozenset[Scope]] = {
     ("POST", "/v1/embeddings"): READ,
     ("POST", "/v1/rerank"): READ,
     ("POST", "/v2/rerank"): READ,
+    ("POST", "/v1/feedback"): READ,
+    ("GET", "/v1/querylog"): frozenset({"read", "admin"}),  # a read key bound to a tenant reads its tenant's rows
+    ("DELETE", "/v1/querylog"): ADMIN,
+    ("GET", "/v1/quality"): frozenset({"read", "admin"}),
     ("GET", "/mcp"): READ,  # the MCP tools (search, list collections); checked by service/api/routes/mcp.py
     ("POST", "/mcp"): READ,
     ("DELETE", "/mcp"): READ,

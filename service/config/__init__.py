@@ -18,6 +18,7 @@ from service.config.media import MediaSettings
 from service.config.ocr import OcrSettings
 from service.config.otel import OtelSettings
 from service.config.qdrant import QdrantSettings
+from service.config.quality import QualitySettings, QueryLogSettings
 from service.config.query_cache import QueryCacheSettings
 from service.config.runners import RunnerSettings
 from service.config.search import SearchSettings
@@ -28,7 +29,8 @@ from service.config.vision import VisionSettings
 __all__ = [
     "CLIENT_VARIABLES", "ENV_PREFIX", "NOT_SETTINGS", "NOT_SETTINGS_PREFIXES", "PRIORITY_SCHEDULED_RUNNERS",
     "ContextSettings", "FetchSettings", "GenerationSettings", "IndexerSettings", "IngestSettings", "Limits",
-    "MediaSettings", "OcrSettings", "OtelSettings", "QdrantSettings", "QueryCacheSettings", "RunnerSettings",
+    "MediaSettings", "OcrSettings", "OtelSettings", "QdrantSettings", "QualitySettings", "QueryCacheSettings",
+    "QueryLogSettings", "RunnerSettings",
     "SearchSettings", "Settings", "UnknownSetting", "UpstreamSettings", "VisionSettings", "check_environment",
     "get_settings", "setting_names",
 ]

@@ -34,6 +34,7 @@ from service.config.media import MediaSettings
 from service.config.ocr import OcrSettings
 from service.config.otel import OtelSettings
 from service.config.qdrant import QdrantSettings
+from service.config.quality import QualitySettings, QueryLogSettings
 from service.config.query_cache import QueryCacheSettings
 from service.config.runners import RunnerSettings
 from service.config.search import SearchSettings
@@ -97,6 +98,8 @@ class Settings(BaseSettings):
     search: SearchSettings = Field(default_factory=SearchSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
     query_cache: QueryCacheSettings = Field(default_factory=QueryCacheSettings)
+    query_log: QueryLogSettings = Field(default_factory=QueryLogSettings)
+    quality: QualitySettings = Field(default_factory=QualitySettings)
     indexer: IndexerSettings = Field(default_factory=IndexerSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     generation: GenerationSettings = Field(default_factory=GenerationSettings)
@@ -137,6 +140,10 @@ class Settings(BaseSettings):
             return self.snapshot_dir
         data = self.data_dir.resolve()
         return data.parent / f"{data.name or 'ragserve'}-snapshots"
+
+    @property
+    def query_log_path(self) -> Path:
+        return self.query_log.path or self.data_dir / "querylog.sqlite3"
 
     @property
     def job_db_path(self) -> Path:

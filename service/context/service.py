@@ -28,6 +28,7 @@ from service.context.tokens import Tokenizers
 from service.errors import InvalidInput
 from service.media.images import PreparedImage
 from service.media.service import ImageInput
+from service.quality.records import RecordedHit
 from service.search.retrieval import Params, Retrieval, RetrievalRequest
 from service.search.service import SearchResult
 from service.store.base import VectorStore
@@ -95,6 +96,8 @@ class ContextResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
     rewrite: QueryRewrite | None = None
     """For a conversation with earlier turns and a generator: what the rewrite did."""
+    search_id: str | None = None
+    """The context's id for feedback: its record holds every chunk of every passage."""
 
 
 class ContextService:
@@ -108,7 +111,7 @@ class ContextService:
         self._observe = observe_stage or (lambda stage, seconds: None)
 
     async def assemble(self, request: ContextRequest, *, tenant: Tenant | None = None,
-                       cache_partition: str | None = None) -> ContextResult:
+                       cache_partition: str | None = None, key_id: str = "") -> ContextResult:
         started = time.perf_counter()
         cfg = self.settings
         packer, counter = await self._packer(request)
@@ -150,8 +153,17 @@ class ContextService:
         packed = await packer.pack(ranked, neighbours)
         timings["pack"] = self._stage("pack", t)
         timings["total"] = _ms(started)
+        search_id = None
+        quality = self.retrieval.quality
+        if quality is not None:
+            search_id = quality.record(
+                key_id=key_id, tenant=tenant, query=query, collections=collections,
+                mode=results[0].mode if results else "dense", reranked=reranked, filter=request.filter,
+                timings_ms=timings,
+                hits=[RecordedHit(p.collection, h.id, h.doc_id, p.score, p.rerank_score)
+                      for p in packed.passages for h in p.chunks])
         return ContextResult(packed.context, packed.passages, packed.tokens, counter.name, query, packed.dropped,
-                             reranked, merge, generated, timings, rewrite)
+                             reranked, merge, generated, timings, rewrite, search_id)
 
     async def _packer(self, request: ContextRequest) -> tuple[Packer, Any]:
         cfg = self.settings

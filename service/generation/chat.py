@@ -47,9 +47,12 @@ class PreparedChat:
     citations: list[Citation] | None = None
     """None in proxy mode (no ``ragserve`` extension)."""
     retrieval: dict[str, Any] = field(default_factory=dict)
+    search_id: str | None = None
+    """The grounding search's id, for feedback on the passages cited."""
 
     def extension(self) -> dict[str, Any]:
-        return {"citations": [c.to_dict() for c in self.citations or []], "retrieval": self.retrieval}
+        return {"search_id": self.search_id, "citations": [c.to_dict() for c in self.citations or []],
+                "retrieval": self.retrieval}
 
 
 class ChatHandler:
@@ -69,7 +72,7 @@ class ChatHandler:
         self._observe = observe_stage or (lambda stage, seconds: None)
 
     async def prepare(self, request: ChatRequest, *, tenant: Tenant | None = None,
-                      cache_partition: str | None = None) -> PreparedChat:
+                      cache_partition: str | None = None, key_id: str = "") -> PreparedChat:
         """``tenant``: the asking key's; grounding retrieves from its chunks only. ``cache_partition``: the asking
         key's partition of the query-embedding cache (:class:`service.search.service.SearchQuery`)."""
         model = self.generator.resolve_model(request.model)
@@ -86,7 +89,7 @@ class ChatHandler:
         prepared = PreparedChat(body, model)
         if request.grounding is not None:
             await self.generator.check_available()  # a generator known down: 503 now, not after retrieval
-            await self._ground(request, prepared, last_image, tenant, cache_partition)
+            await self._ground(request, prepared, last_image, tenant, cache_partition, key_id)
         return prepared
 
     async def complete(self, prepared: PreparedChat) -> dict[str, Any]:
@@ -180,7 +183,7 @@ class ChatHandler:
 
     async def _ground(
         self, request: ChatRequest, prepared: PreparedChat, image: PreparedImage | None,
-        tenant: Tenant | None, cache_partition: str | None,
+        tenant: Tenant | None, cache_partition: str | None, key_id: str = "",
     ) -> None:
         """The prompt's context is ``/v1/context``'s for this conversation (the same passages, numbering and
         template), in a budget that leaves the conversation and the answer room in the generator's window."""
@@ -203,7 +206,8 @@ class ChatHandler:
             collections=list(options.collections), budget_tokens=budget, messages=turns, filter=options.filter,
             rerank=options.rerank, rerank_candidates=options.rerank_candidates, max_passages=top_k,
             rewrite=options.rewrite,
-        ), tenant=tenant, cache_partition=cache_partition)
+        ), tenant=tenant, cache_partition=cache_partition, key_id=key_id)
+        prepared.search_id = result.search_id
         prepared.body["messages"] = grounded_messages(
             messages, result.context, question or "What does the image show?", system_prompt=system_prompt
         )

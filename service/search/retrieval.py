@@ -13,16 +13,20 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from service.config import Limits
 from service.errors import BadRequest, InvalidInput
 from service.media.images import PreparedImage
 from service.media.service import ImageInput, MediaService
 from service.observability.tracing import stage
+from service.quality.records import RecordedHit
 from service.search.filters import build_filter
 from service.search.service import SearchQuery, SearchResult, SearchService
 from service.store.tenancy import Tenant
+
+if TYPE_CHECKING:
+    from service.quality.log import QualityLog
 
 StageObserver = Callable[[str, float], None]
 
@@ -83,12 +87,16 @@ class Retrieved:
     query: str
     result: SearchResult
     image: ImageQueryResult | None = None
+    search_id: str | None = None
+    """The search's id for feedback (None where no quality log is set up: tests of the pipeline alone)."""
 
 
 class Retrieval:
     def __init__(self, search: SearchService, media: MediaService, image_queries: ImageQueryWriter | None,
-                 limits: Limits, *, observe_stage: StageObserver | None = None) -> None:
+                 limits: Limits, *, observe_stage: StageObserver | None = None,
+                 quality: QualityLog | None = None) -> None:
         self.search_service = search
+        self.quality = quality
         self.media = media
         self.image_queries = image_queries
         self.limits = limits
@@ -134,9 +142,10 @@ class Retrieval:
         return ImageQueryResult(written.retrieval_query, written.generated, image, timings)
 
     async def search(self, request: RetrievalRequest, *, tenant: Tenant | None = None,
-                     cache_partition: str | None = None) -> Retrieved:
+                     cache_partition: str | None = None, key_id: str = "") -> Retrieved:
         """A search for ``tenant`` (its chunks only), checked, with the image's query written first when there is
-        one; ``timings_ms`` then holds the image stages and the total over all of them."""
+        one; ``timings_ms`` then holds the image stages and the total over all of them. ``key_id``: the searching
+        key's, kept in the search's record so that only its tenant may rate it."""
         query = self.check(query=request.query, top_k=request.top_k, rerank_candidates=request.rerank_candidates,
                            has_image=request.image is not None, params=request.params)
         started = time.perf_counter()
@@ -148,7 +157,14 @@ class Retrieval:
                                                              cache_partition=cache_partition))
         if image is not None:
             result.timings_ms = {**image.timings_ms, **result.timings_ms, "total": _ms(started)}
-        return Retrieved(query, result, image)
+        search_id = None
+        if self.quality is not None:
+            search_id = self.quality.record(
+                key_id=key_id, tenant=tenant, query=query, collections=[request.collection], mode=result.mode,
+                reranked=result.reranked, filter=request.filter, timings_ms=result.timings_ms,
+                hits=[RecordedHit(request.collection, r.hit.id, r.hit.doc_id, r.hit.score, r.rerank_score)
+                      for r in result.hits])
+        return Retrieved(query, result, image, search_id)
 
     async def search_collections(self, request: RetrievalRequest, query: str, collections: list[str], *,
                                  tenant: Tenant | None = None,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from service.errors import BadRequest, Conflict
 from service.observability.tracing import stage
+from service.quality.outcome import SearchOutcome
 from service.search.query_cache import QueryEmbeddingCache, QueryKey
 from service.sparse.bm25 import encoder
 from service.store.base import VectorStore
@@ -25,6 +26,9 @@ from service.upstream.rerank import RerankClient
 
 DEFAULT_RERANK_CANDIDATES = 30
 StageObserver = Callable[[str, float], None]
+
+
+SearchObserver = Callable[[SearchOutcome], None]
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ class SearchService:
         observe_stage: StageObserver | None = None,
         fusion: Fusion | None = None,
         query_cache: QueryEmbeddingCache | None = None,
+        observe_search: SearchObserver | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -92,6 +97,7 @@ class SearchService:
         self._observe = observe_stage or (lambda stage, seconds: None)
         self.fusion = fusion or Fusion()
         self.query_cache = query_cache
+        self._observe_search = observe_search or (lambda outcome: None)
 
     async def search(self, q: SearchQuery) -> SearchResult:
         rerank = self.reranker is not None if q.rerank is None else q.rerank
@@ -146,7 +152,8 @@ class SearchService:
             span.set_attribute("ragserve.hits", len(hits))
         timings["search"] = self._stage("search", t)
 
-        if rerank and hits and self.reranker is not None:
+        reranked = bool(rerank and hits and self.reranker is not None)
+        if reranked and self.reranker is not None:
             t = time.perf_counter()
             with stage("rerank", collection=q.collection, mode=mode, candidates=len(hits)):
                 scores = await self.reranker.rerank(q.query, [h.text for h in hits],
@@ -155,6 +162,12 @@ class SearchService:
             ranked = [RankedHit(hits[s.index], s.score, s.score) for s in scores[: q.top_k]]
         else:
             ranked = [RankedHit(h, h.score, None) for h in hits[: q.top_k]]
+        self._observe_search(SearchOutcome(
+            q.collection, mode, restricted=scope is not None or q.query_filter is not None, hits=len(ranked),
+            top_score=hits[0].score if hits else None, reranked=reranked,
+            rerank_top_score=ranked[0].rerank_score if reranked and ranked else None,
+            rerank_changed=reranked and bool(ranked) and ranked[0].hit.id != hits[0].id,
+        ))
         if q.score_details:
             ranked = await self._mode_scores(q, mode, ranked, dense, sparse, scope, timings)
         timings["total"] = round((time.perf_counter() - started) * 1000, 3)

@@ -37,6 +37,9 @@ INSTRUCTIONS = (
 )
 
 
+SEARCH_ID = "This search's id: POST /v1/feedback with it rates a hit (doc_id) as useful or wrong."
+
+
 class Hit(BaseModel):
     rank: int
     doc_id: str
@@ -50,6 +53,7 @@ class Hit(BaseModel):
 
 
 class SearchOutput(BaseModel):
+    search_id: str | None = Field(None, description=SEARCH_ID)
     collection: str
     query: str
     mode: str
@@ -68,6 +72,7 @@ class Passage(BaseModel):
 
 
 class ContextOutput(BaseModel):
+    search_id: str | None = Field(None, description=SEARCH_ID)
     context: str = Field(description="The numbered passages, ready to put in a prompt.")
     tokens: int
     tokenizer: str
@@ -189,14 +194,14 @@ def _search_tool(max_top_k: int) -> Callable[..., Awaitable[SearchOutput]]:
             retrieved = await _services(ctx).retrieval.search(
                 RetrievalRequest(collection=body.collection, query=body.query or "", top_k=body.top_k,
                                  filter=filter_spec(body.filter), rerank=rerank, mode=body.mode),
-                tenant=principal.tenant, cache_partition=partition_of(principal))
+                tenant=principal.tenant, cache_partition=partition_of(principal), key_id=principal.id)
         except RagserveError as exc:
             raise _tool_error(exc) from exc
         hits = [Hit(rank=i + 1, doc_id=r.hit.doc_id, chunk_index=r.hit.chunk_index, text=r.hit.text, score=r.score,
                     vector_score=r.hit.score, rerank_score=r.rerank_score, metadata=r.hit.metadata,
                     location=r.hit.location) for i, r in enumerate(retrieved.result.hits)]
         return SearchOutput(collection=body.collection, query=retrieved.query, mode=retrieved.result.mode,
-                            reranked=retrieved.result.reranked, hits=hits)
+                            reranked=retrieved.result.reranked, hits=hits, search_id=retrieved.search_id)
 
     search.__annotations__["top_k"] = Annotated[int, Field(
         description=top_k_text(max_top_k), json_schema_extra={"minimum": 1, "maximum": max_top_k})]
@@ -223,11 +228,11 @@ async def context(
             use_case.ContextRequest(collections=[collection], budget_tokens=body.budget_tokens, query=body.query,
                                     filter=filter_spec(body.filter), mode=body.mode, rerank=rerank,
                                     neighbours=body.neighbours),
-            tenant=principal.tenant, cache_partition=partition_of(principal))
+            tenant=principal.tenant, cache_partition=partition_of(principal), key_id=principal.id)
     except RagserveError as exc:
         raise _tool_error(exc) from exc
     return ContextOutput(context=result.context, tokens=result.tokens, tokenizer=result.tokenizer,
-                         query_used=result.query_used,
+                         query_used=result.query_used, search_id=result.search_id,
                          passages=[Passage.model_validate(p.reported()) for p in result.passages])
 
 

@@ -45,7 +45,7 @@ async def chat_completions(
             principal.check_collection(name, param=f"ragserve.collections[{i}]")
     handler = _chat(services)
     prepared = await handler.prepare(body.to_chat_request(), tenant=principal.tenant,
-                                     cache_partition=partition_of(principal))
+                                     cache_partition=partition_of(principal), key_id=principal.id)
     if body.stream:
         events = await handler.open_stream(prepared)
         return RelayResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)

@@ -41,9 +41,10 @@ async def context(body: ContextRequest, services: ServicesDep, principal: Princi
         rerank_instruction=None if rerank is None else rerank.instruction, instruction=body.instruction,
         candidates=body.candidates, tokenizer=body.tokenizer, neighbours=body.neighbours, order=body.order,
         template=body.template, overflow=body.overflow, max_passages=body.max_passages, rewrite=body.rewrite,
-    ), tenant=principal.tenant, cache_partition=partition_of(principal))
+    ), tenant=principal.tenant, cache_partition=partition_of(principal), key_id=principal.id)
     return ContextResponse(
-        context=result.context, tokens=result.tokens, tokenizer=result.tokenizer, query_used=result.query_used,
+        search_id=result.search_id, context=result.context, tokens=result.tokens, tokenizer=result.tokenizer,
+        query_used=result.query_used,
         generated_query=result.generated_query, reranked=result.reranked,
         query_rewrite=None if result.rewrite is None else QueryRewrite(
             used=result.rewrite.used, fallback=result.rewrite.fallback, prompt_version=result.rewrite.prompt_version),

@@ -68,7 +68,7 @@ async def run_search(body: SearchRequest, image: ImageInput | None, services: Se
     """Translate a search request into the retrieval use case and its answer into the response, for
     ``principal`` (its tenant filters every query)."""
     retrieved = await services.retrieval.search(search_request(body, image), tenant=principal.tenant,
-                                                cache_partition=partition_of(principal))
+                                                cache_partition=partition_of(principal), key_id=principal.id)
     result = retrieved.result
     # Plain dicts, validated into SearchHits by the response's own validation, in one call for all of them,
     # not one SearchHit(...) call per hit (the JSON is the same).
@@ -84,7 +84,8 @@ async def run_search(body: SearchRequest, image: ImageInput | None, services: Se
         generated = retrieved.image.generated
         info = ImageInfo(format=prepared.source_format, width=prepared.width, height=prepared.height,
                          source_width=prepared.source_width, source_height=prepared.source_height)
-    return SearchResponse(collection=body.collection, query=retrieved.query, generated_query=generated, image=info,
+    return SearchResponse(search_id=retrieved.search_id, collection=body.collection, query=retrieved.query,
+                          generated_query=generated, image=info,
                           reranked=result.reranked, mode=result.mode, hits=hits, timings_ms=result.timings_ms)
 
 

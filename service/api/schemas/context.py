@@ -94,6 +94,9 @@ class QueryRewrite(BaseModel):
 
 
 class ContextResponse(BaseModel):
+    search_id: str | None = Field(
+        None, description="This context's id, made by the server: POST /v1/feedback with it rates a passage's "
+        "chunk (or document).")
     context: str = Field(description="The rendered passages, separated by a blank line.")
     tokens: int = Field(description="Tokens of `context`, counted with `tokenizer`: never over `budget_tokens`.")
     tokenizer: str

@@ -89,6 +89,9 @@ class ImageInfo(BaseModel):
 
 
 class SearchResponse(BaseModel):
+    search_id: str | None = Field(
+        None, description="This search's id, made by the server: POST /v1/feedback with it rates a hit. It lives "
+        "RAGSERVE_QUERY_LOG__SEARCH_TTL_DAYS (7 by default).", examples=["s_5f0c3a9e8b2d4c6f9a1e7b3d2c4f6a8e"])
     collection: str
     query: str = Field(description="The query that was embedded and reranked.")
     generated_query: str | None = Field(

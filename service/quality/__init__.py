@@ -1,0 +1,2 @@
+"""Retrieval quality in production: search ids and their short records, feedback, the query log, and the
+quality series of /metrics (docs/quality.md)."""
