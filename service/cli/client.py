@@ -253,6 +253,11 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from service.evaluation.run import evaluate_service, format_table
 
     url, key = api_location(args)
+    if args.from_log:
+        cmd_eval_from_log(args, url, key)
+        return
+    if args.dataset is None or args.collection is None:
+        raise SystemExit("ragserve eval: a dataset and --collection are needed (or --from-log)")
     if args.context:
         cmd_eval_context(args, url, key)
         return
@@ -265,6 +270,28 @@ def cmd_eval(args: argparse.Namespace) -> None:
         print(json.dumps([r.__dict__ for r in reports], indent=2))
     else:
         print(format_table(reports))
+
+
+def cmd_eval_from_log(args: argparse.Namespace, url: str, key: str) -> None:
+    from service.evaluation.dataset import BeirDataset
+    from service.evaluation.from_log import evaluate_from_log, format_markdown, parse_config
+
+    try:
+        a, b = parse_config(args.a or ""), parse_config(args.b or "")
+    except ValueError as exc:
+        raise SystemExit(f"ragserve eval --from-log: {exc}") from None
+    full = None
+    if args.dataset is not None:
+        dataset = BeirDataset(Path(args.dataset))
+        full = (dataset.qrels(args.split), dataset.queries(args.split))
+    report = asyncio.run(evaluate_from_log(url, key, a=a, b=b, log_key=args.log_key, since=args.since,
+                                           top_k=args.top_k, full_qrels=full))
+    markdown = format_markdown(report)
+    out = Path(args.out)
+    out.with_suffix(".md").write_text(markdown)
+    out.with_suffix(".json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    print(json.dumps(report.to_dict(), indent=2) if args.json else markdown)
+    print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.json')}", file=sys.stderr)
 
 
 def cmd_eval_context(args: argparse.Namespace, url: str, key: str) -> None:
@@ -361,9 +388,11 @@ def add_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def add_eval(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("eval", help="evaluate retrieval on a BEIR-layout dataset through the running API")
-    p.add_argument("dataset")
-    p.add_argument("--collection", required=True)
+    p = sub.add_parser("eval", help="evaluate retrieval on a BEIR-layout dataset, or on the query log's rated "
+                       "searches (--from-log), through the running API")
+    p.add_argument("dataset", nargs="?", help="a BEIR-layout folder (with --from-log: optional, its qrels score "
+                   "the same runs in full too)")
+    p.add_argument("--collection", help="the collection to evaluate (not with --from-log: the log names it)")
     add_api_options(p)
     p.add_argument("--split", default="test")
     p.add_argument("--mode", action="append", default=None,
@@ -381,6 +410,15 @@ def add_eval(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--tokenizer-path", default=None,
                    help="with --context: the checkpoint folder whose tokenizer.json counts plain packing (default "
                         "the embedding model's)")
+    p.add_argument("--from-log", action="store_true",
+                   help="judge with the query log's feedback and compare --a against --b (docs/quality.md)")
+    p.add_argument("--a", default="", help="with --from-log: side A, e.g. mode=dense or collection=old,rerank=false")
+    p.add_argument("--b", default="", help="with --from-log: side B, e.g. mode=hybrid,rerank=true")
+    p.add_argument("--since", default=None, help="with --from-log: only searches since (Unix seconds or ISO 8601)")
+    p.add_argument("--log-key", default=None, help="with --from-log: the key that reads the log (default the API "
+                   "key; an admin key reads every tenant's rows, a tenant's key its own)")
+    p.add_argument("--top-k", type=int, default=100, help="with --from-log: hits asked of each search")
+    p.add_argument("--out", default="eval-from-log", help="with --from-log: write OUT.md and OUT.json")
     p.set_defaults(func=cmd_eval)
 
 
