@@ -104,6 +104,7 @@ async def test_grounded_answer_with_citations_and_a_prefix_friendly_prompt(vl_se
     answer = body["choices"][0]["message"]["content"]
     citations = body["ragserve"]["citations"]
     assert [c["number"] for c in citations] == [1, 2]
+    assert re.fullmatch(r"s_[0-9a-f]{32}", body["ragserve"]["search_id"])  # the grounding search's, for feedback
     assert all(c["collection"] == "docs" and c["doc_id"] in {"router", "chart", "fox"} for c in citations)
     assert all(c["chunk_index"] == 0 and 0 < c["rerank_score"] < 1 for c in citations)
     offsets = {c["doc_id"]: c.get("offsets") for c in citations}
@@ -161,6 +162,7 @@ async def test_streamed_answer_ends_with_citations(vl_settings: Settings) -> Non
     router = next(c for c in citations if c["doc_id"] == "router")
     assert router["offsets"]["char_end"] == 58 and router["page"] == 3
     assert final["ragserve"]["retrieval"]["query"] == "How do I reset the router?"
+    assert re.fullmatch(r"s_[0-9a-f]{32}", final["ragserve"]["search_id"])  # in the last event
 
 
 async def test_without_the_extension_it_is_a_plain_proxy(vl_settings: Settings) -> None:

@@ -4,6 +4,7 @@ the tools are listed, ``search`` answers hits with text and scores, and the key 
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import httpx2
@@ -73,6 +74,7 @@ async def test_tools_listed_and_search_answers_hits(minilm_settings: Settings) -
     assert set(by_name["context"].input_schema["required"]) == {"collection", "query"}
     assert context.is_error is False and context.structured_content is not None
     assert context.structured_content["context"] == f"[1] espresso\n{DOCS[0]['text']}"
+    assert re.fullmatch(r"s_[0-9a-f]{32}", context.structured_content["search_id"])
     assert [(p["number"], p["doc_id"], p["text"]) for p in context.structured_content["passages"]] == [
         (1, "espresso", DOCS[0]["text"])]
     assert context.structured_content["tokens"] <= 60
@@ -93,6 +95,7 @@ async def test_tools_listed_and_search_answers_hits(minilm_settings: Settings) -
     hit = result["hits"][0]
     assert hit["text"] == DOCS[0]["text"] and hit["score"] == hit["vector_score"] > 0
     assert json.loads(found.content[0].text) == result  # the same, as text, for clients without structure
+    assert re.fullmatch(r"s_[0-9a-f]{32}", result["search_id"])  # for feedback
     assert [h["doc_id"] for h in filtered.structured_content["hits"]] == ["tea"]  # type: ignore[index]
     assert missing.is_error is True
     assert missing.content[0].text == ("Error executing tool search: collection_not_found: "
