@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import threading
 import time
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from pydantic import SecretStr
 
 from service.api.app import create_app
 from service.config import Settings
+from service.quality.log import quality_metrics_dir
 
 
 def ensure_api_key(settings: Settings) -> str | None:
@@ -61,6 +63,9 @@ def serve_processes(settings: Settings, *, with_worker: bool) -> None:
         owner.start()
         settings.qdrant.edge_socket = owner.socket
     os.environ.update(process_environment(settings))  # what the API processes build their settings from
+    # The quality counts the processes publish to each other (service/quality/metrics.py): a new serve starts
+    # them from zero, as one process's counters start at its start.
+    shutil.rmtree(quality_metrics_dir(settings), ignore_errors=True)
     target = "api_process_app_with_worker" if with_worker else "api_process_app"
     try:
         uvicorn.run(f"service.server:{target}", factory=True, workers=settings.workers, host=settings.host,

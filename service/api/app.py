@@ -46,7 +46,7 @@ from service.generation.image_query import ImageQueryWriter
 from service.media.service import MediaService
 from service.observability.requests import RequestContextMiddleware, TracingMiddleware
 from service.profiles import Profile, default_checkpoint, get_profile
-from service.quality.log import open_quality_log
+from service.quality.log import open_quality_log, quality_metrics_dir
 from service.search.query_cache import QueryEmbeddingCache
 from service.search.retrieval import Retrieval
 from service.search.service import SearchService
@@ -83,6 +83,8 @@ async def build_services(
         fusion=Fusion(ss.fusion, ss.prefetch_limit, ss.rrf_k, ss.dense_weight, ss.sparse_weight),
         query_cache=query_cache, observe_search=metrics.quality.observe_search,
     )
+    if settings.workers > 1:  # one of several API processes on one port: a scrape reaches any one of them
+        metrics.quality.share(quality_metrics_dir(settings))
     quality_log = await open_quality_log(settings.query_log, settings.query_log_path, metrics.quality)
     writer = DocumentWriter(store, embedder, settings.limits)
     media = MediaService(settings.media, fetcher)

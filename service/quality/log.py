@@ -19,9 +19,11 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from service.auth.principal import Principal
+from service.config import Settings
 from service.config.quality import QueryLogSettings
 from service.errors import Forbidden, InvalidInput, NotFound
 from service.quality.metrics import BUCKETS, QualityCollector
@@ -233,18 +235,25 @@ class QualityLog:
                     except Exception as exc:  # noqa: BLE001 - the next sweep tries again
                         log.warning("query log: the sweep failed: %r", exc)
                 await self.flush()
+                self.collector.publish()
                 try:
                     await asyncio.wait_for(stop.wait(), s.flush_interval_s)
                 except asyncio.TimeoutError:
                     pass
         finally:
             await self.flush()
+            self.collector.publish()
 
     async def aclose(self) -> None:
         await self.store.close()
 
 
-async def open_quality_log(settings: QueryLogSettings, sqlite_path: Any, collector: QualityCollector, *,
+def quality_metrics_dir(settings: Settings) -> Path:
+    """Where the API processes of one ``serve --workers N`` publish their quality counts to each other."""
+    return settings.data_dir / "metrics" / "quality"
+
+
+async def open_quality_log(settings: QueryLogSettings, sqlite_path: Path, collector: QualityCollector, *,
                            wall: Callable[[], float] = time.time) -> QualityLog:
     """The log on PostgreSQL when ``settings.url`` names one, else on its SQLite file."""
     store: LogStore

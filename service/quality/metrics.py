@@ -18,15 +18,28 @@ Collection labels are bounded: counts are kept per collection, and each scrape g
 ``max_collection_labels`` (by searches) their own label and sums the rest under ``collection="_other"``. A
 collection that leaves the top N moves its counts to ``_other``, so that series can step up at a scrape; a
 ``rate()`` over a window with such a step overstates it once.
+
+**Several API processes** (``--workers N``) share one port, so a scrape reaches one of them at random. Each
+process then publishes its counts to a file of its own in a shared folder (:meth:`QualityCollector.share`, every
+``flush_interval_s``), and whichever process answers a scrape adds every file's counts to its own live ones before
+ranking the collections: the series are the sum over the processes, as Prometheus' multiprocess mode sums its
+counters, and a process that exits leaves its last counts in (a counter never goes down while ``serve`` runs; the
+folder is emptied when it starts). prometheus_client's own multiprocess mode cannot serve here: it keeps each
+series' labels as written, and the top-N rule relabels at each scrape.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import secrets
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -68,6 +81,15 @@ class _Histogram:
         self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
         self.total += other.total
 
+    def state(self) -> dict[str, Any]:
+        return {"counts": self.counts, "total": self.total}
+
+    @classmethod
+    def from_state(cls, kind: str, state: dict[str, Any]) -> _Histogram:
+        h = cls(BUCKETS[kind])
+        h.counts, h.total = list(state["counts"]), float(state["total"])
+        return h
+
     def cumulative(self) -> list[tuple[str, float]]:
         out, running = [], 0
         for bound, n in zip([*map(str, self.bounds), "+Inf"], self.counts, strict=True):
@@ -92,6 +114,18 @@ class _Collection:
             found = self.top[kind] = _Histogram(BUCKETS[kind])
         return found
 
+    def state(self) -> dict[str, Any]:
+        return {"searches": dict(self.searches), "zero": {str(k).lower(): v for k, v in self.zero.items()},
+                "top": {k: h.state() for k, h in self.top.items()}, "reranked": self.reranked,
+                "changed": self.changed, "low": dict(self.low),
+                "feedback": {str(k): v for k, v in self.feedback.items()}}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> _Collection:
+        return cls(Counter(state["searches"]), Counter({k == "true": v for k, v in state["zero"].items()}),
+                   {k: _Histogram.from_state(k, h) for k, h in state["top"].items()}, state["reranked"],
+                   state["changed"], Counter(state["low"]), Counter({int(k): v for k, v in state["feedback"].items()}))
+
     def add(self, other: _Collection) -> None:
         self.searches.update(other.searches)
         self.zero.update(other.zero)
@@ -110,6 +144,42 @@ class QualityCollector(Collector):
         self._collections: dict[str, _Collection] = {}
         self._dropped: Counter[str] = Counter()
         self._lock = threading.Lock()  # a scrape may run in another thread than the loop that observes
+        self._shared: Path | None = None
+        self._own: Path | None = None
+        self._published = -1
+        self._changes = 0
+
+    def share(self, folder: Path) -> None:
+        """Sum this process's counts with those the other API processes publish in ``folder``."""
+        folder.mkdir(parents=True, exist_ok=True)
+        self._shared = folder
+        self._own = folder / f"{os.getpid()}-{secrets.token_hex(4)}.json"
+
+    def publish(self) -> None:
+        """Write this process's counts to its file in the shared folder (when they changed since the last time)."""
+        if self._own is None or self._published == self._changes:
+            return
+        with self._lock:
+            changes = self._changes
+            state = {"collections": {n: c.state() for n, c in self._collections.items()},
+                     "dropped": dict(self._dropped)}
+        partial = self._own.with_suffix(".partial")
+        partial.write_text(json.dumps(state, separators=(",", ":")))
+        partial.replace(self._own)  # a reader sees the old file or the new, never half of one
+        self._published = changes
+
+    def _peers(self) -> list[dict[str, Any]]:
+        if self._shared is None:
+            return []
+        states = []
+        for path in sorted(self._shared.glob("*.json")):
+            if path == self._own:
+                continue
+            try:
+                states.append(json.loads(path.read_text()))
+            except (OSError, ValueError):  # removed meanwhile
+                continue
+        return states
 
     def _of(self, collection: str) -> _Collection:
         found = self._collections.get(collection)
@@ -119,6 +189,7 @@ class QualityCollector(Collector):
 
     def observe_search(self, o: SearchOutcome) -> None:
         with self._lock:
+            self._changes += 1
             c = self._of(o.collection)
             c.searches[o.mode] += 1
             if o.hits == 0:
@@ -140,27 +211,44 @@ class QualityCollector(Collector):
 
     def observe_feedback(self, collection: str, rating: int) -> None:
         with self._lock:
+            self._changes += 1
             self._of(collection).feedback[rating] += 1
 
     def dropped(self, reason: str, n: int) -> None:
         with self._lock:
+            self._changes += 1
             self._dropped[reason] += n
+
+    def totals(self) -> tuple[dict[str, _Collection], Counter[str]]:
+        """Every collection's counts and the drops, this process's and its peers' added up."""
+        peers = self._peers()
+        with self._lock:
+            collections = {n: _Collection.from_state(c.state()) for n, c in self._collections.items()}
+            dropped = Counter(self._dropped)
+        for peer in peers:
+            for name, state in peer["collections"].items():
+                collections.setdefault(name, _Collection()).add(_Collection.from_state(state))
+            dropped.update(peer["dropped"])
+        return collections, dropped
 
     def labelled(self) -> dict[str, _Collection]:
         """Each labelled collection's counts: the busiest ``max_labels`` by name, the rest merged as ``_other``."""
-        with self._lock:
-            ranked = sorted(self._collections.items(), key=lambda kv: (-sum(kv[1].searches.values()), kv[0]))
-            out: dict[str, _Collection] = {}
-            for i, (name, counts) in enumerate(ranked):
-                label = name if i < self.max_labels else OTHER
-                merged = out.get(label)
-                if merged is None:
-                    merged = out[label] = _Collection()
-                merged.add(counts)
-            return out
+        return self._labelled(self.totals()[0])
+
+    def _labelled(self, collections: dict[str, _Collection]) -> dict[str, _Collection]:
+        ranked = sorted(collections.items(), key=lambda kv: (-sum(kv[1].searches.values()), kv[0]))
+        out: dict[str, _Collection] = {}
+        for i, (name, counts) in enumerate(ranked):
+            label = name if i < self.max_labels else OTHER
+            merged = out.get(label)
+            if merged is None:
+                merged = out[label] = _Collection()
+            merged.add(counts)
+        return out
 
     def collect(self) -> Iterator[Metric]:
-        labelled = self.labelled()
+        collections, drops = self.totals()
+        labelled = self._labelled(collections)
         searches = CounterMetricFamily("ragserve_searches", "Searches, per collection searched",
                                        labels=["collection", "mode"])
         zero = CounterMetricFamily("ragserve_search_zero_hits", "Searches that returned no hit; restricted: a "
@@ -195,7 +283,6 @@ class QualityCollector(Collector):
             for rating in RATINGS:
                 if c.feedback[rating]:
                     feedback.add_metric([name, str(rating)], c.feedback[rating])
-        with self._lock:
-            for reason in ("full", "error"):
-                dropped.add_metric([reason], self._dropped[reason])
+        for reason in ("full", "error"):
+            dropped.add_metric([reason], drops[reason])
         yield from (searches, zero, top, rerank_top, reranked, changed, low, feedback, dropped)

@@ -3,6 +3,8 @@ busiest N by searches, the rest under ``_other``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -57,3 +59,29 @@ def test_a_thousand_collections_keep_n_labels() -> None:
     total = sum(v for (name, _), v in got.items() if name == "ragserve_searches_total")
     assert total == 1000 + 143 * 5  # nothing lost in the merge
     assert got[("ragserve_feedback_total", (("collection", "_other"), ("rating", "1")))] == 950
+
+
+def test_processes_sharing_a_folder_each_scrape_the_sum(tmp_path: Path) -> None:
+    """``serve --workers 2``: a scrape reaches either process; both answer the two processes' sum, with the top-N
+    rule applied to the sum."""
+    first, second = QualityCollector(max_collection_labels=1), QualityCollector(max_collection_labels=1)
+    first.share(tmp_path)
+    second.share(tmp_path)
+    for _ in range(3):
+        first.observe_search(SearchOutcome("small", "dense", restricted=False, hits=1, top_score=0.5))
+    for _ in range(2):
+        second.observe_search(SearchOutcome("big", "dense", restricted=False, hits=0, top_score=None))
+    second.observe_search(SearchOutcome("big", "dense", restricted=True, hits=0, top_score=None))
+    second.observe_search(SearchOutcome("small", "dense", restricted=False, hits=1, top_score=0.7))
+    second.dropped("error", 5)
+    for c in (first, second):
+        c.publish()
+    first.observe_feedback("big", 2)  # after its last publish: its own scrape counts it, the other's not yet
+    mine, theirs = samples(first), samples(second)
+    for got, feedback in ((mine, 1), (theirs, 0)):
+        assert got[("ragserve_searches_total", (("collection", "small"), ("mode", "dense")))] == 4  # 3 + 1
+        assert got[("ragserve_searches_total", (("collection", "_other"), ("mode", "dense")))] == 3  # big: 3 < 4
+        assert got[("ragserve_search_zero_hits_total", (("collection", "_other"), ("restricted", "false")))] == 2
+        assert got[("ragserve_search_top_score_sum", (("collection", "small"), ("mode", "dense")))] == 0.5 * 3 + 0.7
+        assert got[("ragserve_query_log_dropped_total", (("reason", "error"),))] == 5
+        assert got.get(("ragserve_feedback_total", (("collection", "_other"), ("rating", "2"))), 0) == feedback
