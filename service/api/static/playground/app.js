@@ -285,7 +285,7 @@ function renderResult(result) {
     timings.append(el("div", { dataset: { stage } }, el("dt", {}, stage), el("dd", {}, fmtMs(ms))));
   }
   const terms = queryTerms(result.query);
-  $("hits").replaceChildren(...result.hits.map((hit) => renderHit(hit, terms, result.mode)));
+  $("hits").replaceChildren(...result.hits.map((hit) => renderHit(hit, terms, result.mode, result.search_id)));
 }
 
 // What the engine's score is in each mode, named as a person reads it; the title says what it measures.
@@ -316,7 +316,7 @@ function scoreList(hit, mode) {
   return el("dl", { class: "scores" }, ...items);
 }
 
-function renderHit(hit, terms, mode) {
+function renderHit(hit, terms, mode, searchId) {
   const loc = el("dl", { class: "location" });
   fillLocation(loc, hit.location);
   const scores = scoreList(hit, mode);
@@ -328,9 +328,60 @@ function renderHit(hit, terms, mode) {
       el("span", { class: "rank" }, `#${hit.rank}`),
       el("span", { class: "doc-id" }, hit.doc_id),
       el("span", { class: "chunk" }, `chunk ${hit.chunk_index}`),
-      scores),
+      scores,
+      searchId ? thumbs(searchId, hit.id) : ""),
     el("p", { class: "text" }, highlighted(hit.text, terms)),
     loc, meta);
+}
+
+// ---- feedback on a hit -------------------------------------------------------------------------------
+// [rating, what it means]: POST /v1/feedback takes -1 (wrong) to 3; the thumbs send the two ends a person means.
+const THUMBS = [[1, "Relevant"], [-1, "Wrong"]];
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+/** A thumb drawn as an SVG path (no emoji font, no image file needed); down is up mirrored top to bottom. */
+function thumbIcon(down) {
+  const svg = document.createElementNS(SVG_NS, "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("focusable", "false");
+  const path = document.createElementNS(SVG_NS, "path");
+  path.setAttribute("d", "M2.5 10h3.5v11h-3.5z M8 10l4-7c1.6 0 2.6 1.2 2.3 2.8L13.6 10h5.9c1.4 0 2.4 1.3 2 2.7"
+    + "l-1.9 6.6c-.3 1-1.1 1.7-2.1 1.7H8z");
+  if (down) path.setAttribute("transform", "matrix(1 0 0 -1 0 24)");
+  svg.append(path);
+  return svg;
+}
+
+/** Thumbs up and down for one hit of the search ``searchId``; the hit is named by its chunk's id. */
+function thumbs(searchId, chunkId) {
+  const note = el("span", { class: "feedback-note", "aria-live": "polite" });
+  const box = el("div", { class: "feedback", role: "group", "aria-label": "Rate this hit" });
+  const buttons = THUMBS.map(([rating, label]) => el("button", {
+    type: "button", class: "thumb", dataset: { rating: String(rating) }, "aria-pressed": "false", title: label,
+    "aria-label": `${label} (rating ${rating})`, onclick: () => rate(box, searchId, chunkId, rating),
+  }, thumbIcon(rating < 0)));
+  box.append(...buttons, note);
+  return box;
+}
+
+/** Send the rating; a second one on the same hit replaces the first on the server, so the page shows the last. */
+async function rate(box, searchId, chunkId, rating) {
+  const buttons = [...box.querySelectorAll("button.thumb")];
+  const note = box.querySelector(".feedback-note");
+  for (const b of buttons) b.disabled = true; // one rating in flight per hit: the last one sent is the one kept
+  try {
+    const result = await api("v1/feedback", { method: "POST", json: { search_id: searchId, chunk_id: chunkId, rating } });
+    showError(null);
+    for (const b of buttons) b.setAttribute("aria-pressed", String(Number(b.dataset.rating) === result.rating));
+    note.textContent = result.stored ? "saved" : "not stored: query log off";
+    note.dataset.stored = String(result.stored);
+    box.dataset.rated = String(result.rating);
+  } catch (err) {
+    showError(err);
+  } finally {
+    for (const b of buttons) b.disabled = false;
+  }
 }
 
 function setupSearch() {
