@@ -1,4 +1,5 @@
-// ragserve playground: search, context, ingest jobs and grounded chat over the /v1 API, with the user's key.
+// ragserve playground: search (with thumbs to rate a hit), context, ingest jobs, grounded chat and a quality
+// summary over the /v1 API, with the user's key.
 // Everything the API returns (hit text, file names, answers) is untrusted: it reaches the page only as
 // text nodes (textContent, createTextNode), never as HTML.
 "use strict";
@@ -133,7 +134,7 @@ async function loadCollections() {
   if (!collections.length) select.append(el("option", { value: "" }, "(none yet: create one under Jobs)"));
   if (collections.some((c) => c.name === previous)) select.value = previous;
   renderChatCollections();
-  $("upload-target").textContent = select.value || "the selected collection";
+  $("upload-target").textContent = $("quality-target").textContent = select.value || "the selected collection";
   status(`${collections.length} collection${collections.length === 1 ? "" : "s"}`);
   showIndex();
 }
@@ -185,8 +186,9 @@ function setupKey() {
   });
   $("refresh-collections").addEventListener("click", loadCollections);
   $("collection").addEventListener("change", () => {
-    $("upload-target").textContent = $("collection").value || "the selected collection";
+    $("upload-target").textContent = $("quality-target").textContent = $("collection").value || "the selected collection";
     showIndex();
+    if ($("quality-only").checked && !$("panel-quality").hidden) loadQuality();
   });
 }
 
@@ -202,6 +204,7 @@ function setupTabs() {
     }
     if (focus) tab.focus();
     if (tab.id === "tab-jobs" && apiKey()) refreshJobs();
+    if (tab.id === "tab-quality" && apiKey()) loadQuality();
   };
   for (const tab of tabs) {
     tab.addEventListener("click", () => select(tab));
@@ -285,7 +288,7 @@ function renderResult(result) {
     timings.append(el("div", { dataset: { stage } }, el("dt", {}, stage), el("dd", {}, fmtMs(ms))));
   }
   const terms = queryTerms(result.query);
-  $("hits").replaceChildren(...result.hits.map((hit) => renderHit(hit, terms, result.mode)));
+  $("hits").replaceChildren(...result.hits.map((hit) => renderHit(hit, terms, result.mode, result.search_id)));
 }
 
 // What the engine's score is in each mode, named as a person reads it; the title says what it measures.
@@ -316,7 +319,7 @@ function scoreList(hit, mode) {
   return el("dl", { class: "scores" }, ...items);
 }
 
-function renderHit(hit, terms, mode) {
+function renderHit(hit, terms, mode, searchId) {
   const loc = el("dl", { class: "location" });
   fillLocation(loc, hit.location);
   const scores = scoreList(hit, mode);
@@ -328,9 +331,60 @@ function renderHit(hit, terms, mode) {
       el("span", { class: "rank" }, `#${hit.rank}`),
       el("span", { class: "doc-id" }, hit.doc_id),
       el("span", { class: "chunk" }, `chunk ${hit.chunk_index}`),
-      scores),
+      scores,
+      searchId ? thumbs(searchId, hit.id) : ""),
     el("p", { class: "text" }, highlighted(hit.text, terms)),
     loc, meta);
+}
+
+// ---- feedback on a hit -------------------------------------------------------------------------------
+// [rating, what it means]: POST /v1/feedback takes -1 (wrong) to 3; the thumbs send the two ends a person means.
+const THUMBS = [[1, "Relevant"], [-1, "Wrong"]];
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+/** A thumb drawn as an SVG path (no emoji font, no image file needed); down is up mirrored top to bottom. */
+function thumbIcon(down) {
+  const svg = document.createElementNS(SVG_NS, "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("focusable", "false");
+  const path = document.createElementNS(SVG_NS, "path");
+  path.setAttribute("d", "M2.5 10h3.5v11h-3.5z M8 10l4-7c1.6 0 2.6 1.2 2.3 2.8L13.6 10h5.9c1.4 0 2.4 1.3 2 2.7"
+    + "l-1.9 6.6c-.3 1-1.1 1.7-2.1 1.7H8z");
+  if (down) path.setAttribute("transform", "matrix(1 0 0 -1 0 24)");
+  svg.append(path);
+  return svg;
+}
+
+/** Thumbs up and down for one hit of the search ``searchId``; the hit is named by its chunk's id. */
+function thumbs(searchId, chunkId) {
+  const note = el("span", { class: "feedback-note", "aria-live": "polite" });
+  const box = el("div", { class: "feedback", role: "group", "aria-label": "Rate this hit" });
+  const buttons = THUMBS.map(([rating, label]) => el("button", {
+    type: "button", class: "thumb", dataset: { rating: String(rating) }, "aria-pressed": "false", title: label,
+    "aria-label": `${label} (rating ${rating})`, onclick: () => rate(box, searchId, chunkId, rating),
+  }, thumbIcon(rating < 0)));
+  box.append(...buttons, note);
+  return box;
+}
+
+/** Send the rating; a second one on the same hit replaces the first on the server, so the page shows the last. */
+async function rate(box, searchId, chunkId, rating) {
+  const buttons = [...box.querySelectorAll("button.thumb")];
+  const note = box.querySelector(".feedback-note");
+  for (const b of buttons) b.disabled = true; // one rating in flight per hit: the last one sent is the one kept
+  try {
+    const result = await api("v1/feedback", { method: "POST", json: { search_id: searchId, chunk_id: chunkId, rating } });
+    showError(null);
+    for (const b of buttons) b.setAttribute("aria-pressed", String(Number(b.dataset.rating) === result.rating));
+    note.textContent = result.stored ? "saved" : "not stored: query log off";
+    note.dataset.stored = String(result.stored);
+    box.dataset.rated = String(result.rating);
+  } catch (err) {
+    showError(err);
+  } finally {
+    for (const b of buttons) b.disabled = false;
+  }
 }
 
 function setupSearch() {
@@ -383,6 +437,75 @@ function renderContext(result, budget) {
 
 function setupContext() {
   $("context-form").addEventListener("submit", buildContext);
+}
+
+// ---- quality -----------------------------------------------------------------------------------------
+// What each kind's top score is (GET /v1/quality buckets the reranker's when a search was reranked).
+const KIND_LABEL = { dense: "dense (cosine)", sparse: "sparse (BM25)", hybrid: "hybrid (fused score)",
+  rerank: "reranked (the reranker's score)" };
+let qualityAsked = 0; // the latest request: an older answer arriving later is not drawn over it
+
+function qualityPath() {
+  const params = new URLSearchParams({ hours: $("quality-hours").value });
+  if ($("quality-only").checked && $("collection").value) params.set("collection", $("collection").value);
+  return `v1/quality?${params}`;
+}
+
+async function loadQuality(e) {
+  if (e) e.preventDefault();
+  const asked = ++qualityAsked;
+  const collection = $("quality-only").checked ? $("collection").value : "";
+  const hours = $("quality-hours").selectedOptions[0].textContent;
+  $("quality-refresh").disabled = true;
+  try {
+    const summary = await api(qualityPath());
+    if (asked !== qualityAsked) return;
+    showError(null);
+    renderQuality(summary, collection, hours);
+  } catch (err) {
+    if (asked === qualityAsked) showError(err);
+  } finally {
+    if (asked === qualityAsked) $("quality-refresh").disabled = false;
+  }
+}
+
+function renderQuality(summary, collection, hours) {
+  $("quality-result").hidden = false;
+  $("quality-scope").textContent = `${collection || "every collection this key may see"} · the last ${hours}`;
+  $("quality-searches").textContent = String(summary.searches);
+  $("quality-zero-rate").textContent = summary.zero_hit_rate === null ? "—"
+    : `${(summary.zero_hit_rate * 100).toFixed(1)}% (${summary.zero_hits} of ${summary.searches})`;
+  const kinds = Object.entries(summary.top_score);
+  $("quality-histograms").replaceChildren(...(kinds.length ? kinds.map(([kind, buckets]) => histogram(kind, buckets))
+    : [el("p", { class: "empty" }, "no search with hits in this window")]));
+}
+
+/** One kind's buckets as horizontal bars, the fullest as wide as the track; the empty buckets below the lowest
+ * and above the highest score are left out (a cosine histogram alone has 22). */
+function histogram(kind, buckets) {
+  const counts = buckets.map((b) => b.count);
+  const first = counts.findIndex((n) => n > 0);
+  const last = counts.findLastIndex((n) => n > 0);
+  const most = Math.max(...counts);
+  const total = counts.reduce((a, b) => a + b, 0);
+  const rows = buckets.slice(first, last + 1).map((b, i) => {
+    const below = first + i > 0 ? buckets[first + i - 1].le : null;
+    const label = b.le === null ? `> ${below}` : below === null ? `≤ ${b.le}` : `${below}–${b.le}`;
+    const bar = el("span", { class: "fill" });
+    bar.style.width = `${(100 * b.count) / most}%`; // CSSOM, not a style attribute: the CSP allows it
+    return el("li", { dataset: { le: b.le === null ? "" : String(b.le), count: String(b.count) } },
+      el("span", { class: "bucket" }, label), el("span", { class: "track", "aria-hidden": "true" }, bar),
+      el("span", { class: "count" }, String(b.count)));
+  });
+  return el("section", { class: "histogram", dataset: { kind } },
+    el("h3", {}, KIND_LABEL[kind] || kind, el("span", { class: "n" }, ` · ${total} search${total === 1 ? "" : "es"}`)),
+    el("ol", { "aria-label": `top ${kind} score: searches per score range` }, rows));
+}
+
+function setupQuality() {
+  $("quality-form").addEventListener("submit", loadQuality);
+  $("quality-hours").addEventListener("change", () => loadQuality());
+  $("quality-only").addEventListener("change", () => loadQuality());
 }
 
 // ---- drag and drop -----------------------------------------------------------------------------------
@@ -671,4 +794,5 @@ setupSearch();
 setupContext();
 setupJobs();
 setupChat();
+setupQuality();
 if (apiKey()) loadCollections(); else status("paste an API key to start");
