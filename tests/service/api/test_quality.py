@@ -5,6 +5,7 @@ it, and tenants kept apart in the log."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -12,7 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.auth.keys import sha256_hex
 from service.config import Settings
 from service.config.keys import ApiKeyEntry
+from service.profiles import QWEN3
 from tests.support.app import app_client
+from tests.support.scripted_runner import ScriptedRunner, scripted_settings
 
 SEARCH_ID = re.compile(r"^s_[0-9a-f]{32}$")
 DOCS = [
@@ -155,3 +158,30 @@ async def test_a_tenant_reads_only_its_log_rows_and_rates_only_its_searches(mini
         r = await client.post("/v1/feedback", headers=a, json={"search_id": searched["a"]["search_id"],
                                                                "chunk_id": hit_a, "rating": 2})
         assert r.status_code == 404  # its record went with the tenant's rows
+
+
+async def test_a_rerank_that_changes_the_top_hit_is_counted(tmp_path: Path) -> None:
+    """Which hit the reranker puts first is the claim, not the reranker's weights: the runners are scripted at
+    the network edge. One reranked search keeps the search's top hit first, the other puts another hit first."""
+    runner = ScriptedRunner(dimensions=QWEN3.embedding.dimensions)
+    async with app_client(scripted_settings(tmp_path, profile="qwen3"), transports=runner.transports) as client:
+        await seed(client)
+        plain = await client.post("/v1/search", json={"collection": "kb", "query": "vault keys", "top_k": 3,
+                                                      "mode": "dense", "rerank": {"enabled": False}})
+        order = [h["text"] for h in plain.json()["hits"]]
+        tops = []
+        for scores in ((0.9, 0.5, 0.1), (0.1, 0.5, 0.9)):  # the search's order kept, then reversed
+            by_text = dict(zip(order, scores, strict=True))
+            runner.rerank_score = lambda query, text, by_text=by_text: by_text[text]
+            r = await client.post("/v1/search", json={"collection": "kb", "query": "vault keys", "top_k": 3,
+                                                      "mode": "dense", "rerank": {"enabled": True}})
+            assert r.status_code == 200, r.text
+            tops.append(r.json()["hits"][0]["text"])
+        metrics = samples((await client.get("/metrics")).text)
+    assert tops == [order[0], order[2]]
+    kb = (("collection", "kb"),)
+    assert metrics[("ragserve_search_reranked_total", kb)] == 2
+    assert metrics[("ragserve_search_rerank_top_changed_total", kb)] == 1
+    assert metrics[("ragserve_search_top_rerank_score_count", kb)] == 2
+    assert abs(metrics[("ragserve_search_top_rerank_score_sum", kb)] - 1.8) < 1e-6
+    assert metrics[("ragserve_search_low_score_total", (("collection", "kb"), ("mode", "rerank")))] == 0
