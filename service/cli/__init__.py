@@ -14,9 +14,9 @@ import sys
 from service.cli import client, operations, querylog, serve, transfer
 
 COMMANDS = (
-    serve.add_serve, client.add_index, client.add_search, client.add_context, client.add_delete,
-    client.add_snapshot, operations.add_restore, transfer.add_export, transfer.add_import, serve.add_worker,
-    operations.add_keys, operations.add_optimize, operations.add_store, operations.add_runners,
+    serve.add_serve, client.add_index, client.add_search, client.add_context, client.add_feedback,
+    client.add_delete, client.add_snapshot, operations.add_restore, transfer.add_export, transfer.add_import,
+    serve.add_worker, operations.add_keys, operations.add_optimize, operations.add_store, operations.add_runners,
     operations.add_demo, client.add_eval, client.add_tune_fusion, querylog.add_querylog,
 )
 

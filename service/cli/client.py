@@ -1,5 +1,5 @@
 """The commands that talk to a running ragserve through :class:`service.client.Client`: index, search,
-context, delete, snapshot, eval and tune-fusion (export and import: :mod:`service.cli.transfer`)."""
+context, feedback, delete, snapshot, eval and tune-fusion (export and import: :mod:`service.cli.transfer`)."""
 
 from __future__ import annotations
 
@@ -158,6 +158,8 @@ def cmd_search(args: argparse.Namespace) -> None:
         print(f"{hit.rank:>3}. {hit.score:.4f}  {hit.doc_id}#{hit.chunk_index}{extra}")
         print(f"     {hit.text[:160].replace(chr(10), ' ')}")
     print(f"timings (ms): {result.timings_ms}")
+    if result.search_id is not None:  # what `ragserve feedback` rates a hit of
+        print(f"search_id: {result.search_id}")
 
 
 def cmd_context(args: argparse.Namespace) -> None:
@@ -182,6 +184,20 @@ def cmd_context(args: argparse.Namespace) -> None:
     for d in result.dropped:
         into = f" (passage [{d.passage}])" if d.passage is not None else ""
         print(f"left out {d.collection}/{d.doc_id}#{d.chunk_index}: {d.reason}{into}", file=err)
+    if result.search_id is not None:
+        print(f"search_id: {result.search_id}", file=err)
+
+
+def cmd_feedback(args: argparse.Namespace) -> None:
+    """Rate a hit of a search, context or grounded chat by the search id it printed; the server checks the rest."""
+    with connect(args) as client:
+        result = client.feedback(args.search_id, chunk_id=args.chunk_id, doc_id=args.doc_id, rating=args.rating,
+                                 comment=args.comment)
+    if args.json:
+        print(result.model_dump_json(indent=2))
+        return
+    kept = "stored in the query log" if result.stored else "counted; the query log is off, so not stored"
+    print(f"rated {result.collection}/{result.doc_id} (chunk {result.chunk_id}): {result.rating}, {kept}")
 
 
 def cmd_delete(args: argparse.Namespace) -> None:
@@ -366,6 +382,19 @@ def add_context(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--json", action="store_true")
     add_api_options(p)
     p.set_defaults(func=cmd_context)
+
+
+def add_feedback(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("feedback", help="rate a hit of a search: -1 wrong, 0 not relevant, 1 to 3 relevant")
+    p.add_argument("search_id", help="the search_id that search, context or --json printed")
+    hit = p.add_mutually_exclusive_group(required=True)
+    hit.add_argument("--chunk-id", default=None, help="the hit's id (search --json: hits[].id)")
+    hit.add_argument("--doc-id", default=None, help="the hit's document (its best chunk the search returned)")
+    p.add_argument("--rating", type=int, required=True, help="-1 wrong, 0 not relevant, 1 to 3 relevant")
+    p.add_argument("--comment", default=None, help="free text, kept in the query log with the rating")
+    p.add_argument("--json", action="store_true")
+    add_api_options(p)
+    p.set_defaults(func=cmd_feedback)
 
 
 def add_delete(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

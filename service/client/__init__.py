@@ -47,6 +47,7 @@ from .models import (
     DeleteResult,
     DroppedCandidate,
     Embeddings,
+    FeedbackResult,
     ImageInfo,
     ImportResult,
     Job,
@@ -69,7 +70,8 @@ from .version import VERSION as __version__
 
 __all__ = [
     "APIError", "AsyncChatStream", "AsyncClient", "ChatResult", "ChatStream", "Citation", "Client", "Collection",
-    "Conflict", "ConnectionFailed", "DeleteResult", "Document", "Embeddings", "Forbidden", "ImageInfo", "ImportResult",
+    "Conflict", "ConnectionFailed", "DeleteResult", "Document", "Embeddings", "FeedbackResult", "Forbidden",
+    "ImageInfo", "ImportResult",
     "IngestOptions", "InvalidRequest", "Job", "JobCounts", "JobProgress", "NotFound", "PayloadTooLarge",
     "RagserveClientError", "RateLimited", "RerankResult", "Retrieval", "SearchHit", "SearchResult", "ContextPassage",
     "ContextResult", "DroppedCandidate", "ServerError", "Snapshot",

@@ -22,6 +22,7 @@ from .models import (
     ContextResult,
     DeleteResult,
     Embeddings,
+    FeedbackResult,
     ImportResult,
     Job,
     RerankResult,
@@ -348,6 +349,22 @@ class ClientBase:
         if rerank is not None:
             body["rerank"] = {"enabled": rerank}
         return ContextResult.model_validate((yield from self._json(Call("POST", "/v1/context", json=body))))
+
+    # --- feedback -----------------------------------------------------------------------------------
+
+    @operation
+    def feedback(self, search_id: str, *, chunk_id: str | None = None, doc_id: str | None = None, rating: int,
+                 comment: str | None = None) -> Operation[FeedbackResult]:
+        """Rate a hit of a search: ``search_id`` from a search, context or grounded chat result; ``rating`` -1
+        wrong, 0 not relevant, 1 to 3 relevant. Name the hit by ``chunk_id`` (a hit's or citation's ``id``) or by
+        ``doc_id`` (its best chunk the search returned), one of the two. The server checks every argument (one
+        rule for every client): InvalidRequest ``no_hit_named``, ``hit_not_in_search``, ``rating_out_of_range``
+        or ``comment_too_long``; NotFound ``search_not_found`` for an unknown or expired id; Forbidden
+        ``search_of_another_tenant``."""
+        body: dict[str, Any] = {"search_id": search_id, "rating": rating}
+        named = {"chunk_id": chunk_id, "doc_id": doc_id, "comment": comment}
+        body.update({k: v for k, v in named.items() if v is not None})
+        return FeedbackResult.model_validate((yield from self._json(Call("POST", "/v1/feedback", json=body))))
 
     # --- generation ---------------------------------------------------------------------------------
 

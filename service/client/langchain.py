@@ -14,8 +14,13 @@ call, over the retriever's own settings; any other keyword, and any unknown cons
 with an error naming it. ``api_key`` is a ``SecretStr`` (never in a ``repr``).
 
 Each hit becomes a ``Document`` whose ``id`` is the chunk's point id and whose metadata holds the hit's own
-metadata plus ``doc_id``, ``chunk_index``, ``collection``, ``score``, ``vector_score``, ``rerank_score`` and
-``location``. The sync path uses one :class:`~service.client.Client`, the async one one
+metadata plus ``doc_id``, ``chunk_index``, ``collection``, ``score``, ``vector_score``, ``rerank_score``,
+``location`` and ``search_id``: the id of the search that returned it (the same in every document of one call, a new
+one each call), with which the app rates the hit::
+
+    client.feedback(doc.metadata["search_id"], chunk_id=doc.id, rating=3)   # -1 wrong, 0 not relevant, 1..3
+
+The sync path uses one :class:`~service.client.Client`, the async one one
 :class:`~service.client.AsyncClient` (no thread pool), each made on first use; the async client keeps a
 connection pool per event loop, so repeated ``asyncio.run(retriever.ainvoke(q))`` is safe.
 """
@@ -124,7 +129,8 @@ class RagserveRetriever(BaseRetriever):
                 "rerank": kwargs.get("rerank", self.rerank)}
 
     def _documents(self, result: SearchResult) -> list[Document]:
-        return [Document(id=h.id, page_content=h.text, metadata=h.as_metadata(result.collection))
+        return [Document(id=h.id, page_content=h.text,
+                         metadata={**h.as_metadata(result.collection), "search_id": result.search_id})
                 for h in result.hits]
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
@@ -153,8 +159,9 @@ class RagserveContextRetriever(RagserveRetriever):
 
     ``k`` (or ``top_k``) is the most passages a call returns (default: as many as ``budget_tokens`` holds). A
     ``Document``'s text is the passage's text; its metadata holds the citation: ``number`` (its ``[n]``),
-    ``collection``, ``doc_id``, ``chunk_indexes``, ``location`` (offsets, page, headings) and ``tokens``, with
-    the document's own metadata; no per-query score is in the text."""
+    ``collection``, ``doc_id``, ``chunk_indexes``, ``location`` (offsets, page, headings), ``tokens`` and the
+    context's ``search_id``, with the document's own metadata; no per-query score is in the text. A passage has no
+    single chunk id: rate it by its document, ``client.feedback(meta["search_id"], doc_id=meta["doc_id"], ...)``."""
 
     top_k: int | None = Field(default=None, ge=1)  # type: ignore[assignment]
     budget_tokens: int = Field(default=1000, ge=1)
@@ -175,7 +182,8 @@ class RagserveContextRetriever(RagserveRetriever):
     def _passages(result: ContextResult) -> list[Document]:
         return [Document(page_content=p.text, metadata={
             **p.metadata, "number": p.number, "collection": p.collection, "doc_id": p.doc_id,
-            "chunk_indexes": p.chunk_indexes, "location": p.location, "tokens": p.tokens})
+            "chunk_indexes": p.chunk_indexes, "location": p.location, "tokens": p.tokens,
+            "search_id": result.search_id})
             for p in result.passages]
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,

@@ -11,10 +11,17 @@
 Each hit becomes a ``NodeWithScore`` whose ``score`` is ragserve's score for the hit, and whose ``TextNode`` is
 the chunk as stored: its id is the chunk's point id, its metadata the document's own metadata (untouched) plus
 what ragserve adds, under ``ragserve_`` names (``ragserve_collection``, ``ragserve_doc_id``,
-``ragserve_chunk_index``, ``ragserve_location``), which are kept out of the LLM's and the embedder's view of the
-node. Nothing per query is in the node (the dense and rerank sub-scores are ``Client.search``'s), so a chunk
-has one id and one ``hash`` whatever the query, and fusion (``QueryFusionRetriever``) merges its repeats.
-A user metadata key that happens to be one of ragserve's names keeps the user's value.
+``ragserve_chunk_index``, ``ragserve_location``, ``ragserve_search_id``), which are kept out of the LLM's and the
+embedder's view of the node. A user metadata key that happens to be one of ragserve's names keeps the user's value.
+
+``ragserve_search_id`` is the id of the search that returned the node (the same for every node of one call, a new
+one each call), with which the app rates the hit::
+
+    client.feedback(n.node.metadata["ragserve_search_id"], chunk_id=n.node.node_id, rating=3)  # -1 wrong .. 3
+
+It is the only per-call thing in the node (the dense and rerank sub-scores are ``Client.search``'s), and the node's
+``hash`` leaves it out (:class:`RagserveNode`), so a chunk has one id and one ``hash`` whatever the query, and
+fusion (``QueryFusionRetriever``), which merges repeats by ``hash``, still gives each chunk once.
 
 ``RagserveRetriever(...)`` plugs into ``RetrieverQueryEngine``, ``QueryFusionRetriever`` (``use_async=True``
 too: the async client keeps a connection pool per event loop) and ``ContextChatEngine`` like any retriever.
@@ -33,15 +40,26 @@ from .models import ContextPassage, ContextResult, SearchHit, SearchResult
 from .sync import Client
 
 PREFIX = "ragserve_"
-RAGSERVE_KEYS = [f"{PREFIX}collection", f"{PREFIX}doc_id", f"{PREFIX}chunk_index", f"{PREFIX}location"]
+SEARCH_ID = f"{PREFIX}search_id"
+RAGSERVE_KEYS = [f"{PREFIX}collection", f"{PREFIX}doc_id", f"{PREFIX}chunk_index", f"{PREFIX}location", SEARCH_ID]
 
 
-def node(hit: SearchHit, collection: str) -> TextNode:
-    """The chunk as a node: stable per chunk (id, text, metadata), the user's metadata never overwritten."""
-    ours = dict(zip(RAGSERVE_KEYS, (collection, hit.doc_id, hit.chunk_index, hit.location), strict=True))
-    metadata = {**ours, **hit.metadata}
-    return TextNode(id_=hit.id, text=hit.text, metadata=metadata, excluded_llm_metadata_keys=list(RAGSERVE_KEYS),
-                    excluded_embed_metadata_keys=list(RAGSERVE_KEYS))
+class RagserveNode(TextNode):
+    """A ``TextNode`` whose ``hash`` leaves out ``ragserve_search_id``: the id is the call's, not the chunk's, and
+    LlamaIndex tells nodes apart by ``hash`` (fusion merges repeats by it, docstores skip unchanged nodes by it)."""
+
+    @property
+    def hash(self) -> str:
+        chunk = self.model_copy(update={"metadata": {k: v for k, v in self.metadata.items() if k != SEARCH_ID}})
+        return TextNode.hash.fget(chunk)  # type: ignore[attr-defined,no-any-return]
+
+
+def node(hit: SearchHit, collection: str, search_id: str | None = None) -> TextNode:
+    """The chunk as a node: stable per chunk (id, text, hash), the user's metadata never overwritten."""
+    values = (collection, hit.doc_id, hit.chunk_index, hit.location, search_id)
+    metadata = {**dict(zip(RAGSERVE_KEYS, values, strict=True)), **hit.metadata}
+    return RagserveNode(id_=hit.id, text=hit.text, metadata=metadata, excluded_llm_metadata_keys=list(RAGSERVE_KEYS),
+                        excluded_embed_metadata_keys=list(RAGSERVE_KEYS))
 
 
 class RagserveRetriever(BaseRetriever):
@@ -80,7 +98,7 @@ class RagserveRetriever(BaseRetriever):
 
     @staticmethod
     def _nodes(result: SearchResult) -> list[NodeWithScore]:
-        return [NodeWithScore(node=node(h, result.collection), score=h.score) for h in result.hits]
+        return [NodeWithScore(node=node(h, result.collection, result.search_id), score=h.score) for h in result.hits]
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return self._nodes(self._client.search(self.collection, query_bundle.query_str, **self._args()))
@@ -89,14 +107,15 @@ class RagserveRetriever(BaseRetriever):
         return self._nodes(await self._async_client.search(self.collection, query_bundle.query_str, **self._args()))
 
 
-def passage_node(passage: ContextPassage) -> TextNode:
+def passage_node(passage: ContextPassage, search_id: str | None = None) -> TextNode:
     """A context passage as a node: its text, the document's metadata, and the citation under ``ragserve_`` names
-    (``ragserve_number``, ``ragserve_chunk_indexes`` besides the search retriever's), kept from the LLM's view."""
+    (``ragserve_number``, ``ragserve_chunk_indexes`` besides the search retriever's), kept from the LLM's view. A
+    passage has no single chunk id: rate it by ``ragserve_doc_id`` (``client.feedback(search_id, doc_id=...)``)."""
     ours = {f"{PREFIX}collection": passage.collection, f"{PREFIX}doc_id": passage.doc_id,
             f"{PREFIX}number": passage.number, f"{PREFIX}chunk_indexes": passage.chunk_indexes,
-            f"{PREFIX}location": passage.location}
-    return TextNode(text=passage.text, metadata={**ours, **passage.metadata},
-                    excluded_llm_metadata_keys=list(ours), excluded_embed_metadata_keys=list(ours))
+            f"{PREFIX}location": passage.location, SEARCH_ID: search_id}
+    return RagserveNode(text=passage.text, metadata={**ours, **passage.metadata},
+                        excluded_llm_metadata_keys=list(ours), excluded_embed_metadata_keys=list(ours))
 
 
 class RagserveContextRetriever(RagserveRetriever):
@@ -117,7 +136,7 @@ class RagserveContextRetriever(RagserveRetriever):
 
     @staticmethod
     def _passage_nodes(result: ContextResult) -> list[NodeWithScore]:
-        return [NodeWithScore(node=passage_node(p), score=p.score) for p in result.passages]
+        return [NodeWithScore(node=passage_node(p, result.search_id), score=p.score) for p in result.passages]
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return self._passage_nodes(self._client.context(self.collection, query_bundle.query_str,

@@ -164,6 +164,9 @@ class ImageInfo(_Model):
 
 
 class SearchResult(_Model):
+    search_id: str | None = None
+    """The server's id for this search (``s_`` and 32 hex digits): :meth:`Client.feedback` rates a hit with it.
+    None from a server before search ids."""
     collection: str
     query: str
     generated_query: str | None = None
@@ -203,6 +206,9 @@ class DroppedCandidate(_Model):
 class ContextResult(_Model):
     """POST /v1/context: ``context`` is the rendered text, ``tokens`` its count with ``tokenizer``."""
 
+    search_id: str | None = None
+    """For :meth:`Client.feedback`: its record holds every chunk of every passage (rate a passage by its
+    ``doc_id``)."""
     context: str
     tokens: int
     tokenizer: str
@@ -253,7 +259,23 @@ class ChatResult(_Model):
     citations: list[Citation] = Field(default_factory=list)
     """Empty without the retrieval extension (``collections``)."""
     retrieval: Retrieval | None = None
+    search_id: str | None = None
+    """The grounding search's id (grounded chat only): :meth:`Client.feedback` rates a citation with it and the
+    citation's ``id``."""
     usage: dict[str, Any] | None = None
+
+
+class FeedbackResult(_Model):
+    """The rating the server took: ``chunk_id`` is the chunk rated (a document's best chunk the search returned,
+    when the hit was named by ``doc_id``)."""
+
+    search_id: str
+    collection: str
+    chunk_id: str
+    doc_id: str
+    rating: int
+    stored: bool
+    """False while the server's query log is off: the rating is counted in its /metrics and kept nowhere."""
 
 
 class Embeddings(_Model):

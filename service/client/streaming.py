@@ -2,8 +2,8 @@
 stream object that only move lines from the response into it.
 
 The server forwards vLLM's ``chat.completion.chunk`` events, then one chunk with empty ``choices`` carrying
-``ragserve.citations`` (grounded chat), then ``data: [DONE]``. An error after the stream has started comes
-as an ``{"error": {...}}`` event and is raised from the iteration as the matching exception.
+``ragserve.citations`` and ``ragserve.search_id`` (grounded chat), then ``data: [DONE]``. An error after the stream
+has started comes as an ``{"error": {...}}`` event and is raised from the iteration as the matching exception.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def chat_result(payload: dict[str, Any]) -> ChatResult:
         content=str((choice.get("message") or {}).get("content") or ""), finish_reason=choice.get("finish_reason"),
         citations=[Citation.model_validate(c) for c in ext.get("citations") or []],
         retrieval=Retrieval.model_validate(ext["retrieval"]) if ext.get("retrieval") else None,
-        usage=payload.get("usage"),
+        search_id=ext.get("search_id"), usage=payload.get("usage"),
     )
 
 
@@ -54,6 +54,7 @@ class ChatStreamDecoder:
         self.finish_reason: str | None = None
         self.citations: list[Citation] = []
         self.retrieval: Retrieval | None = None
+        self.search_id: str | None = None
         self.usage: dict[str, Any] | None = None
         self.done = False
 
@@ -80,6 +81,7 @@ class ChatStreamDecoder:
         if ext:
             self.citations = [Citation.model_validate(c) for c in ext.get("citations") or []]
             self.retrieval = Retrieval.model_validate(ext["retrieval"]) if ext.get("retrieval") else None
+            self.search_id = ext.get("search_id")
         self.parts.extend(deltas)
         return deltas
 
@@ -89,7 +91,8 @@ class ChatStreamDecoder:
 
     def result(self) -> ChatResult:
         return ChatResult(id=self.id, model=self.model, content="".join(self.parts), finish_reason=self.finish_reason,
-                          citations=self.citations, retrieval=self.retrieval, usage=self.usage)
+                          citations=self.citations, retrieval=self.retrieval, search_id=self.search_id,
+                          usage=self.usage)
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,11 @@ class _StreamView:
     @property
     def retrieval(self) -> Retrieval | None:
         return self._decoder.retrieval
+
+    @property
+    def search_id(self) -> str | None:
+        """The grounding search's id, for feedback (after the stream has ended; None without ``collections``)."""
+        return self._decoder.search_id
 
     @property
     def finish_reason(self) -> str | None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import re
 import sys
 
+import pytest
 import ragserve_client
 from conftest import DOCS, QUERY, Service
-from ragserve_client import AsyncClient, Client, SearchResult
+from ragserve_client import AsyncClient, Client, FeedbackResult, NotFound, SearchResult
 
 
 def test_the_client_is_the_installed_distribution_without_the_server() -> None:
@@ -34,3 +36,16 @@ async def test_async_search_returns_what_the_blocking_one_does(service: Service)
     async with AsyncClient(service.url, service.api_key) as rs:
         result = await rs.search(service.collection, QUERY, top_k=2, filter={"tag": "coffee"})
     assert [hit.doc_id for hit in result.hits] == ["espresso"]
+
+
+def test_a_search_id_rates_its_top_hit(service: Service) -> None:
+    with Client(service.url, service.api_key) as rs:
+        result = rs.search(service.collection, QUERY, top_k=1)
+        (top,) = result.hits
+        rated = rs.feedback(result.search_id or "", chunk_id=top.id, rating=3)
+        with pytest.raises(NotFound) as unknown:
+            rs.feedback("s_" + "0" * 32, chunk_id=top.id, rating=3)
+    assert result.search_id is not None and re.fullmatch(r"s_[0-9a-f]{32}", result.search_id)
+    assert rated == FeedbackResult(search_id=result.search_id, collection=service.collection, chunk_id=top.id,
+                                   doc_id="espresso", rating=3, stored=rated.stored)  # stored: the deployment's log
+    assert (unknown.value.status_code, unknown.value.code) == (404, "search_not_found")

@@ -1,7 +1,9 @@
-"""``ragserve context``: the context on stdout, byte for byte what /v1/context answers; sources on stderr."""
+"""``ragserve context``: the context on stdout, byte for byte what /v1/context answers; sources and the search id
+(for ``ragserve feedback``) on stderr."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -31,7 +33,8 @@ def test_the_cli_prints_the_context_and_its_sources(minilm_settings: Settings) -
     assert done.stdout == expected["context"] + "\n"
     lines = done.stderr.strip().splitlines()
     assert lines[0] == f"{expected['tokens']} tokens ({expected['tokenizer']}) for 'how is espresso made?'"
-    assert lines[1:] == [
+    assert re.fullmatch(r"search_id: s_[0-9a-f]{32}", lines[-1]) and lines[-1] != f"search_id: {expected['search_id']}"
+    assert lines[1:-1] == [
         *(f"[{p['number']}] kb/{p['doc_id']}#{p['chunk_indexes'][0]}  {p['tokens']} tokens"
           for p in expected["passages"]),
         *(f"left out kb/{d['doc_id']}#0: {d['reason']}" + (f" (passage [{d['passage']}])" if d["passage"] else "")

@@ -41,6 +41,7 @@ EXPECTED = {
     "test_client::test_the_client_is_the_installed_distribution_without_the_server",
     "test_client::test_search_returns_the_seeded_documents",
     "test_client::test_async_search_returns_what_the_blocking_one_does",
+    "test_client::test_a_search_id_rates_its_top_hit",
     "test_llamaindex::test_similarity_top_k_gives_the_services_hits",
     "test_llamaindex::test_query_engine_sees_the_retrieved_text",
     "test_llamaindex::test_chat_engine_sees_the_retrieved_text_each_turn",

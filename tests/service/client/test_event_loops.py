@@ -33,7 +33,8 @@ first = asyncio.run(retriever.ainvoke(query))  # imports and lazy set-up happen 
 before = open_descriptors(server_port=port)
 found = [asyncio.run(retriever.ainvoke(query)) for _ in range(runs)]
 after = open_descriptors(server_port=port)
-print(json.dumps({"first": [d.metadata["doc_id"] for d in first], "same": all(f == first for f in found),
+chunks = lambda docs: [(d.id, d.page_content, {k: v for k, v in d.metadata.items() if k != "search_id"}) for d in docs]
+print(json.dumps({"first": [d.metadata["doc_id"] for d in first], "same": all(chunks(f) == chunks(first) for f in found),
                   "before": before, "after": after, "connections": connections_to(port)}))
 """
 

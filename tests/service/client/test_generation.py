@@ -1,8 +1,10 @@
 """The client's generation paths against the live qwen3 stack with the tiny Qwen3-VL runner: chat whole and
-streamed (sync and async) with citations, and image search from a data URL, bytes and a file."""
+streamed (sync and async) with citations and the grounding search's id (feedback rates a citation with it), and
+image search from a data URL, bytes and a file."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,7 @@ async def test_chat_whole_and_streamed_with_citations(vl_settings: Settings) -> 
         async with AsyncClient(url, API_KEY) as ars:
             async with ars.chat_stream(QUESTION, **GROUNDED) as astream:  # type: ignore[arg-type]
                 adeltas = [d async for d in astream]
+        rated = rs.feedback(whole.search_id or "", chunk_id=whole.citations[0].id, rating=2)
         plain = rs.chat([{"role": "user", "content": "Say hello."}], max_tokens=8, temperature=0.0)
         with pytest.raises(InvalidRequest) as too_long:
             rs.chat(QUESTION, max_tokens=10_000)
@@ -43,6 +46,11 @@ async def test_chat_whole_and_streamed_with_citations(vl_settings: Settings) -> 
     assert stream.retrieval == whole.retrieval.model_copy(update={"timings_ms": stream.retrieval.timings_ms})  # type: ignore[union-attr]
     assert stream.finish_reason == whole.finish_reason == "length"
     assert plain.citations == [] and plain.retrieval is None and plain.content
+    ids = [whole.search_id, stream.search_id, astream.search_id]
+    assert all(i is not None and re.fullmatch(r"s_[0-9a-f]{32}", i) for i in ids) and len(set(ids)) == 3
+    assert stream.result().search_id == stream.search_id and plain.search_id is None
+    assert (rated.search_id, rated.chunk_id, rated.doc_id, rated.rating) == (
+        whole.search_id, whole.citations[0].id, whole.citations[0].doc_id, 2)
     assert (too_long.value.status_code, too_long.value.code) == (422, "max_tokens_too_large")
 
 

@@ -1,9 +1,11 @@
-"""The LangChain retriever against the live service: the documents are exactly ragserve's hits, and each call's
-arguments are exactly what reached the server (the request as httpx sent it, seen by its request hook)."""
+"""The LangChain retriever against the live service: the documents are exactly ragserve's hits, with the search id
+each call got (feedback takes it), and each call's arguments are exactly what reached the server (the request as
+httpx sent it, seen by its request hook)."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import pytest
@@ -11,8 +13,8 @@ from langchain_core.documents import Document
 from langchain_core.runnables import RunnableLambda
 from pydantic import SecretStr, ValidationError
 
-from service.client import AsyncClient, Client
-from service.client.langchain import RagserveRetriever
+from service.client import AsyncClient, Client, FeedbackResult
+from service.client.langchain import RagserveContextRetriever, RagserveRetriever
 from service.config import Settings
 from tests.service.client.seed import DOCS, seed
 from tests.support.app import API_KEY
@@ -20,6 +22,13 @@ from tests.support.runners import free_port
 from tests.support.server import live_server
 
 QUERY = "how is espresso made?"
+SEARCH_ID = re.compile(r"s_[0-9a-f]{32}")
+
+
+def _per_chunk(docs: list[Document]) -> list[Document]:
+    """The documents without the call's search id: what is the same whichever call returned them."""
+    return [Document(id=d.id, page_content=d.page_content,
+                     metadata={k: v for k, v in d.metadata.items() if k != "search_id"}) for d in docs]
 
 
 async def test_retriever_returns_the_hits_as_documents(minilm_settings: Settings) -> None:
@@ -33,14 +42,34 @@ async def test_retriever_returns_the_hits_as_documents(minilm_settings: Settings
         chain = retriever | RunnableLambda(lambda found: [d.metadata["doc_id"] for d in found])
         ids = chain.invoke(QUERY)
         await retriever.aclose()
-    assert docs == adocs
+    assert _per_chunk(docs) == _per_chunk(adocs)
     assert [d.id for d in docs] == [h.id for h in hits] and len(docs) == 2
     top = hits[0]
-    assert docs[0] == Document(id=top.id, page_content=DOCS[0].text, metadata={
+    assert _per_chunk(docs)[0] == Document(id=top.id, page_content=DOCS[0].text, metadata={
         "tag": "coffee", "collection": "kb", "doc_id": "espresso", "chunk_index": 0, "score": top.score,
         "vector_score": top.vector_score, "rerank_score": None, "location": top.location})
     assert [d.metadata["doc_id"] for d in filtered] == ["tea"]
     assert ids == [h.doc_id for h in hits]
+
+
+async def test_each_call_carries_its_search_id_and_feedback_takes_it(minilm_settings: Settings) -> None:
+    with live_server(minilm_settings) as url, Client(url, API_KEY) as rs:
+        seed(rs)
+        retriever = RagserveRetriever(collection="kb", base_url=url, api_key=API_KEY, top_k=2)
+        docs, adocs = retriever.invoke(QUERY), await retriever.ainvoke(QUERY)
+        first = docs[0]
+        rated = rs.feedback(first.metadata["search_id"], chunk_id=first.id, rating=3)
+        context = RagserveContextRetriever(collection="kb", client=rs, budget_tokens=200)
+        passages = context.invoke(QUERY)
+        on_passage = rs.feedback(passages[0].metadata["search_id"], doc_id=passages[0].metadata["doc_id"], rating=1)
+        await retriever.aclose()
+    (sid,), (asid,) = {d.metadata["search_id"] for d in docs}, {d.metadata["search_id"] for d in adocs}
+    (context_sid,) = {d.metadata["search_id"] for d in passages}
+    assert SEARCH_ID.fullmatch(sid) and SEARCH_ID.fullmatch(asid) and SEARCH_ID.fullmatch(context_sid)
+    assert len({sid, asid, context_sid}) == 3  # one id per call
+    assert rated == FeedbackResult(search_id=sid, collection="kb", chunk_id=first.id, doc_id="espresso", rating=3,
+                                   stored=False)
+    assert (on_passage.search_id, on_passage.doc_id) == (context_sid, passages[0].metadata["doc_id"])
 
 
 class Sent:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from service.client import ConnectionFailed, Timeout
-from service.client.streaming import ChatStreamDecoder
+from service.client.streaming import ChatStreamDecoder, chat_result
 
 
 def _chunk(content: str | None = None, finish: str | None = None, **extra: object) -> str:
@@ -18,13 +18,14 @@ def _chunk(content: str | None = None, finish: str | None = None, **extra: objec
 
 CITATION = {"number": 1, "collection": "kb", "doc_id": "d", "chunk_index": 0, "id": "p", "score": 0.5,
             "rerank_score": 0.9, "cited": True, "text": "t", "slide": 3}
+SEARCH_ID = "s_" + "0123456789abcdef" * 2
 
 
 def test_deltas_then_citations_then_done() -> None:
     decoder = ChatStreamDecoder()
     lines = [_chunk("Hel"), "", _chunk("lo [1]"), ": keep-alive", _chunk(finish="stop"),
-             _chunk(ragserve={"citations": [CITATION], "retrieval": {"collections": ["kb"], "query": "q",
-                                                                      "reranked": True}}),
+             _chunk(ragserve={"search_id": SEARCH_ID, "citations": [CITATION],
+                              "retrieval": {"collections": ["kb"], "query": "q", "reranked": True}}),
              "data: [DONE]"]
     deltas = [d for line in lines for d in decoder.feed(line)]
     decoder.finish()
@@ -33,6 +34,15 @@ def test_deltas_then_citations_then_done() -> None:
     assert (result.content, result.finish_reason, result.id, result.model) == ("Hello [1]", "stop", "c1", "m")
     assert result.citations[0].doc_id == "d" and result.citations[0].model_extra == {"slide": 3}
     assert result.retrieval is not None and result.retrieval.query == "q"
+    assert decoder.search_id == result.search_id == SEARCH_ID
+
+
+def test_the_whole_answer_carries_the_search_id_and_plain_chat_none() -> None:
+    grounded = chat_result({"id": "c1", "model": "m", "choices": [{"message": {"content": "Hi [1]"}}],
+                            "ragserve": {"search_id": SEARCH_ID, "citations": [CITATION], "retrieval": None}})
+    plain = chat_result({"id": "c2", "model": "m", "choices": [{"message": {"content": "Hi"}}]})
+    assert (grounded.search_id, grounded.citations[0].id) == (SEARCH_ID, "p")
+    assert plain.search_id is None
 
 
 def test_an_error_event_raises_its_type_and_a_cut_stream_is_refused() -> None:
