@@ -65,6 +65,7 @@ class QualityLog:
         self._sample = sample
         self._pending: dict[str, tuple[SearchRecord, LogRow | None]] = {}
         self._writing: dict[str, tuple[SearchRecord, LogRow | None]] = {}
+        self._flushing = asyncio.Lock()  # one write at a time: a reader's flush waits for the loop's in progress
         self._key = settings.hmac_key.get_secret_value().encode() if settings.hmac_key is not None else b""
         self._warned_at = float("-inf")
 
@@ -97,6 +98,10 @@ class QualityLog:
     async def flush(self) -> int:
         """Write what is buffered, in one transaction: how many records were written (0 when the write failed:
         its batch is dropped and counted)."""
+        async with self._flushing:
+            return await self._flush()
+
+    async def _flush(self) -> int:
         if not self._pending:
             return 0
         batch, self._pending = self._pending, {}

@@ -4,9 +4,11 @@ a clock the test moves, and a locked database that drops rows, counts them, and 
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,3 +186,26 @@ async def test_a_locked_database_drops_rows_and_counts_them(tmp_path: Path, wall
     later = searched(log, ALICE, "after the lock")
     assert await log.flush() == 1
     assert [e.row.search_id for e in await log.read(ADMIN)] == [later]
+
+
+async def test_a_read_waits_for_the_write_in_progress(tmp_path: Path, wall: Wall) -> None:
+    """The loop's write and a reader's flush never overlap: the reader sees the rows being written, and a record
+    being written is still found for feedback."""
+    log = make(tmp_path, wall)
+    gate, entered = asyncio.Event(), asyncio.Event()
+    write = log.store.write
+
+    async def held(records: Any, rows: Any) -> None:
+        entered.set()
+        await gate.wait()
+        await write(records, rows)
+
+    log.store.write = held  # type: ignore[method-assign]
+    sid = searched(log, ALICE)
+    writing = asyncio.create_task(log.flush())
+    await entered.wait()
+    assert (await log.feedback(ALICE, search_id=sid, chunk_id="c1", rating=1)).stored is True
+    reading = asyncio.create_task(log.read(ADMIN))
+    gate.set()
+    assert [e.row.search_id for e in await reading] == [sid]
+    assert await writing == 1
