@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 
 class QueryLogSettings(BaseModel):
@@ -15,9 +15,10 @@ class QueryLogSettings(BaseModel):
 
     enabled: bool = Field(False, description="Keep a query log: a sampled share of searches with their text, "
                           "filter, hits, scores and timings, and the feedback given on them.")
-    url: str | None = Field(
-        None, description="A PostgreSQL URL (postgresql://...) for the records and the log, shared by every API "
-        "process on any host. Unset: a SQLite file of its own (`path`), never the job queue's.",
+    url: SecretStr | None = Field(
+        None, description="A PostgreSQL URL (postgresql://user:password@host:5432/db) for the records and the log, "
+        "shared by every API process on any host (the job queue's database serves: the tables are their own). "
+        "Unset: a SQLite file of its own (`path`), never the job queue's.",
     )
     path: Path | None = Field(None, description="The SQLite file (default: <data_dir>/querylog.sqlite3).")
     sample: float = Field(1.0, ge=0.0, le=1.0, description="The share of searches the log keeps (0 to 1). "
@@ -42,6 +43,13 @@ class QueryLogSettings(BaseModel):
                                    "(SQLite's lock, PostgreSQL's pool) before its rows are dropped and counted.")
     sweep_interval_s: float = Field(3600.0, gt=0, description="How often expired records and old log rows are "
                                     "deleted.")
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_url(cls, url: SecretStr | None) -> SecretStr | None:
+        if url is not None and not url.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ValueError("url must be a postgresql:// URL")
+        return url
 
     @model_validator(mode="after")
     def _key_for_hashing(self) -> QueryLogSettings:

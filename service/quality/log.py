@@ -265,7 +265,7 @@ async def open_quality_log(settings: QueryLogSettings, sqlite_path: Path, collec
     if settings.url:
         from service.quality.store_postgres import PostgresLogStore
 
-        store = await PostgresLogStore.open(settings.url, timeout_s=settings.write_timeout_s)
+        store = await PostgresLogStore.open(settings.url.get_secret_value(), timeout_s=settings.write_timeout_s)
     else:
         from service.quality.store_sqlite import SqliteLogStore
 

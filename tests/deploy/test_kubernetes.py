@@ -307,6 +307,18 @@ def test_api_and_workers_reach_one_postgres_queue() -> None:
         assert "RAGSERVE_INDEXER__QUEUE_URL" not in {e["name"] for e in container.get("env", [])}
 
 
+def test_api_replicas_share_one_query_log() -> None:
+    """Feedback may reach another API replica than the search it rates: every replica keeps the search records in
+    one PostgreSQL database, named in the Secret, never a SQLite file of its own."""
+    secret = k8s_one("Secret", "ragserve-secrets")["stringData"]
+    assert urlparse(secret["RAGSERVE_QUERY_LOG__URL"]).scheme == "postgresql"
+    assert "RAGSERVE_QUERY_LOG__URL" not in config_env()
+    from service.config import QueryLogSettings
+
+    url = QueryLogSettings(url=secret["RAGSERVE_QUERY_LOG__URL"]).url
+    assert url is not None and url.get_secret_value() == secret["RAGSERVE_QUERY_LOG__URL"]
+
+
 def test_ingress_sends_every_route_to_the_api() -> None:
     """Any API replica accepts ingest (uploads go into the queue) and answers for any job."""
     [ingress] = k8s("Ingress")
