@@ -100,6 +100,7 @@ def deployment_document(doc: Schema, settings: Settings, profile: Profile) -> Sc
         _first(retrieval["rerank_candidates"], "integer")["maximum"] = limits.max_rerank_candidates
 
     _context_body(schemas, settings, profile, has_generator)
+    _feedback_body(schemas, settings)
 
     schemas["MetadataValue"] = _metadata_value()
     for holder in (props("DocumentIn"), props("IngestOptions")):
@@ -233,6 +234,18 @@ def _metadata_value() -> Schema:
              "additionalProperties": ref},
         ],
     }
+
+
+def _feedback_body(schemas: dict[str, Schema], settings: Settings) -> None:
+    """What the feedback use case checks (service/quality/log.py), stated: the rating's range, this deployment's
+    comment limit, and exactly one of ``chunk_id`` and ``doc_id`` (a string each: null names nothing)."""
+    feedback = schemas["FeedbackRequest"]
+    fields = feedback["properties"]
+    _set(fields["rating"], minimum=-1, maximum=3)
+    _first(fields["comment"], "string")["maxLength"] = settings.query_log.max_comment_chars
+    for name in ("chunk_id", "doc_id"):
+        fields[name] = {**_first(fields[name], "string"), "description": fields[name].get("description", "")}
+    feedback["oneOf"] = [{"required": ["chunk_id"]}, {"required": ["doc_id"]}]
 
 
 def _set(schema: Schema, **values: Any) -> None:

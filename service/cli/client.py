@@ -300,7 +300,9 @@ def cmd_eval_from_log(args: argparse.Namespace, url: str, key: str) -> None:
     if args.dataset is not None:
         dataset = BeirDataset(Path(args.dataset))
         full = (dataset.qrels(args.split), dataset.queries(args.split))
-    report = asyncio.run(evaluate_from_log(url, key, a=a, b=b, log_key=args.log_key, since=args.since,
+    from service.cli.querylog import unix_time
+
+    report = asyncio.run(evaluate_from_log(url, key, a=a, b=b, log_key=args.log_key, since=unix_time(args.since),
                                            top_k=args.top_k, full_qrels=full))
     markdown = format_markdown(report)
     out = Path(args.out)

@@ -15,7 +15,8 @@ from typing import TextIO
 from service.cli.settings import settings_of
 
 
-def _time(value: str | None) -> float | None:
+def unix_time(value: str | None) -> float | None:
+    """Unix seconds, or an ISO 8601 time (UTC unless it names a zone)."""
     if value is None:
         return None
     try:
@@ -37,7 +38,7 @@ async def export(args: argparse.Namespace, out: TextIO) -> int:
         after = None
         tenant: object = ALL_TENANTS if args.tenant is None else args.tenant
         while True:
-            entries = await log.store.read(since=_time(args.since), until=_time(args.until), tenant=tenant,
+            entries = await log.store.read(since=unix_time(args.since), until=unix_time(args.until), tenant=tenant,
                                            after=after, limit=1000)
             for entry in entries:
                 out.write(json.dumps(entry.to_dict(), ensure_ascii=False) + "\n")

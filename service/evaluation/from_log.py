@@ -159,12 +159,12 @@ class FromLogReport:
         return asdict(self)
 
 
-async def read_log(http: httpx.AsyncClient, *, since: str | None = None) -> list[dict[str, Any]]:
+async def read_log(http: httpx.AsyncClient, *, since: float | None = None) -> list[dict[str, Any]]:
     """Every /v1/querylog row the key may read, page by page."""
     rows: list[dict[str, Any]] = []
     after = None
     while True:
-        params = {k: v for k, v in {"since": since, "after": after, "limit": "1000"}.items() if v is not None}
+        params = {k: v for k, v in {"since": since, "after": after, "limit": 1000}.items() if v is not None}
         r = await http.get("/v1/querylog", params=params)
         r.raise_for_status()
         page = r.json()
@@ -206,7 +206,7 @@ def score_side(name: str, config: dict[str, Any], queries: list[JudgedQuery],
 
 
 async def evaluate_from_log(url: str, api_key: str, *, a: dict[str, Any], b: dict[str, Any],
-                            log_key: str | None = None, since: str | None = None, top_k: int = 100,
+                            log_key: str | None = None, since: float | None = None, top_k: int = 100,
                             full_qrels: tuple[Qrels, dict[str, str]] | None = None,
                             timeout_s: float = 300.0) -> FromLogReport:
     """``full_qrels``: a BEIR split's qrels and queries (id -> text): the same runs are also scored against them,

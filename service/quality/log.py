@@ -172,7 +172,7 @@ class QualityLog:
         if principal.tenant is not None:
             return principal.tenant.namespace
         raise Forbidden("reading the query log needs the admin scope, or a key bound to a tenant",
-                        code="insufficient_scope")
+                        code="tenant_required")
 
     async def read(self, principal: Principal, *, since: float | None = None, until: float | None = None,
                    after: tuple[float, str] | None = None, limit: int = 100) -> list[LogEntry]:

@@ -22,6 +22,7 @@ PROTECTED = [
     ("POST", "/v1/search"), ("POST", "/v1/search/upload"), ("POST", "/v1/context"), ("POST", "/v1/embeddings"),
     ("POST", "/v1/rerank"), ("POST", "/v2/rerank"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
     ("GET", "/v1/models/{model_id:path}"), ("GET", "/mcp"), ("POST", "/mcp"), ("DELETE", "/mcp"),
+    ("POST", "/v1/feedback"), ("GET", "/v1/querylog"), ("DELETE", "/v1/querylog"), ("GET", "/v1/quality"),
 ]
 
 
@@ -83,7 +84,7 @@ async def test_every_route_for_every_scope(minilm_settings: Settings) -> None:
     routes = sorted({(m, r.path) for r in app.routes for m in getattr(r, "methods", ()) if m != "HEAD"})
     public = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/health"}
     routes = [r for r in routes if r[1] not in public and not r[1].startswith("/ui")]  # the playground's static page
-    assert len(routes) == len(ROUTE_SCOPES) == 30
+    assert len(routes) == len(ROUTE_SCOPES) == 34
     seen: dict[tuple[str, str, str], int] = {}
     async with app_client(minilm_settings, api_key=None) as client:
         for scope, key in SCOPE_KEYS.items():
@@ -92,7 +93,11 @@ async def test_every_route_for_every_scope(minilm_settings: Settings) -> None:
                     continue  # let in: the MCP SDK's own session handling answers (tests/service/mcp)
                 r = await client.request(method, _concrete(path), json={}, headers={"Authorization": f"Bearer {key}"})
                 seen[(scope, method, path)] = r.status_code
-                if scope in ROUTE_SCOPES[(method, path)]:
+                if (scope, method, path) == ("read", "GET", "/v1/querylog"):
+                    # Let in by the policy; then the use case reads a tenant's rows only for a key bound to one
+                    # (this one is not), and says so with its own code.
+                    assert (r.status_code, r.json()["error"]["code"]) == (403, "tenant_required"), r.text
+                elif scope in ROUTE_SCOPES[(method, path)]:
                     assert r.status_code != 403 and r.status_code != 401, (scope, method, path, r.text)
                 else:
                     assert r.status_code == 403, (scope, method, path, r.text)
@@ -106,14 +111,16 @@ async def test_every_route_for_every_scope(minilm_settings: Settings) -> None:
         ("GET", "/ready"), ("GET", "/v1/collections"), ("GET", "/v1/collections/{name}"), ("POST", "/v1/search"),
         ("POST", "/v1/search/upload"), ("POST", "/v1/context"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
         ("GET", "/v1/models/{model_id:path}"), ("POST", "/v1/embeddings"), ("POST", "/v1/rerank"),
-        ("POST", "/v2/rerank"), ("GET", "/mcp"), ("POST", "/mcp"), ("DELETE", "/mcp")}
+        ("POST", "/v2/rerank"), ("GET", "/mcp"), ("POST", "/mcp"), ("DELETE", "/mcp"), ("POST", "/v1/feedback"),
+        ("GET", "/v1/querylog"), ("GET", "/v1/quality")}
     assert {(m, p) for s, m, p in granted if s == "admin"} == {
         ("GET", "/ready"), ("GET", "/metrics"), ("GET", "/v1/collections"), ("GET", "/v1/collections/{name}"),
         ("POST", "/v1/collections"), ("DELETE", "/v1/collections/{name}"), ("POST", "/v1/collections/{name}/index"),
         ("GET", "/v1/jobs"),
         ("GET", "/v1/jobs/{job_id}"), ("DELETE", "/v1/jobs/{job_id}"), ("POST", "/v1/admin/snapshots"),
         ("GET", "/v1/admin/snapshots"), ("GET", "/v1/collections/{name}/export"),
-        ("POST", "/v1/collections/{name}/import")}
+        ("POST", "/v1/collections/{name}/import"), ("GET", "/v1/querylog"), ("DELETE", "/v1/querylog"),
+        ("GET", "/v1/quality")}
     assert {(m, p) for s, m, p in granted if s == "write"} == {
         ("GET", "/ready"), ("GET", "/v1/collections"), ("GET", "/v1/collections/{name}"),
         ("POST", "/v1/collections/{name}/documents"), ("DELETE", "/v1/collections/{name}/documents/{doc_id:path}"),
