@@ -34,6 +34,7 @@ from indexer.lease import Lease
 from indexer.ocr.reader import OcrReader
 from indexer.parsers import OCR_FORMATS, ParseError, detect_format, parse
 from indexer.queue import MAX_ERRORS, Job, JobCancelled, JobFailed, JobQueue
+from indexer.queue import DocState as Finished
 from indexer.sources import SourceError, path_entries, read_file
 from indexer.spec import IngestSpec, PathSource, UploadSource, default_source_name
 from indexer.vision import JobBudget, Vision
@@ -165,6 +166,20 @@ class Pipeline:
         self.sparse = SparseNormaliser(store)
         self.ocr = OcrReader(settings.ocr, max_pixels=settings.media.max_image_pixels)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._recording = asyncio.Lock()
+
+    async def _record(self, job: Job, docs: dict[str, Finished], **counted: int) -> None:
+        """Count finished documents and record them, in one step and in the order they finish.
+
+        ``mark_documents`` writes the job's counts with the documents, so that what a resumed run skips is
+        counted once; but two batches' writes run in worker threads and may commit out of order, an older
+        count landing last: a kill then left recorded documents uncounted (one batch, in test_worker_crash).
+        Under the lock, the counts are added right before their own write and the writes commit in order, so the
+        counts stored are always those of exactly the documents stored."""
+        async with self._recording:
+            for name, n in counted.items():
+                setattr(job.counts, name, getattr(job.counts, name) + n)
+            await self.queue.mark_documents(job, docs)
 
     def close(self) -> None:
         """Stop the OCR workers (started on a job's first scanned page or image, kept for the next)."""
@@ -217,8 +232,8 @@ class Pipeline:
                 gone = sorted(set(stored) - scan.seen)
                 lease.check()
                 await self.store.delete_documents(job.collection, gone, scope=scope)
-                job.counts.documents_deleted = len(gone)
-                await self.queue.mark_documents(job, {d: "deleted" for d in gone})
+                await self._record(job, {d: "deleted" for d in gone},
+                                    documents_deleted=len(gone) - job.counts.documents_deleted)
         self._finish(job, chunker, source_name)
 
     async def _triage(self, job: Job, item: DocWork | FileError | FileWarning | Expect | Unchanged, scan: _Scan,
@@ -228,8 +243,7 @@ class Pipeline:
             if item.doc_id not in scan.seen:
                 scan.seen.add(item.doc_id)
                 job.counts.documents_seen += 1
-                job.counts.documents_unchanged += 1
-                await self.queue.mark_documents(job, {item.doc_id: "unchanged"})
+                await self._record(job, {item.doc_id: "unchanged"}, documents_unchanged=1)
             return None
         if isinstance(item, Expect):
             job.counts.documents_total = max((job.counts.documents_total or 0) + item.delta, 0)
@@ -249,13 +263,11 @@ class Pipeline:
         job.counts.documents_seen += 1
         state = stored.get(doc_id)
         if state is not None and state.complete and state.content_hash == item.content_hash:
-            job.counts.documents_unchanged += 1
-            await self.queue.mark_documents(job, {doc_id: "unchanged"})
+            await self._record(job, {doc_id: "unchanged"}, documents_unchanged=1)
             return None
         if not item.chunks:
-            job.counts.documents_failed += 1
             self._error(job, doc_id, "no text to index")
-            await self.queue.mark_documents(job, {doc_id: "failed"})
+            await self._record(job, {doc_id: "failed"}, documents_failed=1)
             return None
         return item
 
@@ -381,11 +393,9 @@ class Pipeline:
             error = await self._try_write(job, info, source, work, tenant, lease, known)
             span.set_attribute("ragserve.failed", error is not None)
         if error is None:
-            job.counts.documents_indexed += len(work)
-            job.counts.chunks += sum(len(w.chunks) for w in work)
-            job.counts.tokens += sum(w.tokens for w in work)
-            job.counts.chunks_truncated += sum(w.truncated for w in work)
-            await self.queue.mark_documents(job, {w.doc.doc_id: "indexed" for w in work})
+            await self._record(job, {w.doc.doc_id: "indexed" for w in work}, documents_indexed=len(work),
+                               chunks=sum(len(w.chunks) for w in work), tokens=sum(w.tokens for w in work),
+                               chunks_truncated=sum(w.truncated for w in work))
             return
         if len(work) > 1:
             mid = len(work) // 2
@@ -396,8 +406,7 @@ class Pipeline:
         log.warning("document %s failed: %s", w.doc.doc_id, error.message)
         tries = self.settings.indexer.batch_attempts
         self._error(job, w.doc.doc_id, f"not indexed after {tries} tries: {error.message}")
-        job.counts.documents_failed += 1
-        await self.queue.mark_documents(job, {w.doc.doc_id: "failed"})
+        await self._record(job, {w.doc.doc_id: "failed"}, documents_failed=1)
 
     async def _try_write(
         self, job: Job, info: CollectionInfo, source: str, work: list[DocWork], tenant: Tenant | None,
