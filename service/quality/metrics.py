@@ -59,8 +59,8 @@ BUCKETS: dict[str, tuple[float, ...]] = {
     "sparse": (0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 75, 100),
     "hybrid": (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 2.0),
 }
-"""Upper bounds per score kind. Hybrid covers RRF at the default k=2 and weights 1 + 1.5 (at most 0.83) and DBSF
-(at most the sum of the weights)."""
+"""Upper bounds per score kind. Hybrid covers RRF at the default k=2 and weights 1 + 1.5 (the demo's top hit fuses
+to 1.1) and DBSF (at most the sum of the weights); anything above 2 is counted in +Inf."""
 
 
 @dataclass
