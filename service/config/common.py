@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from pydantic import SecretStr
+
 ENV_PREFIX = "RAGSERVE_"
 
 
@@ -39,3 +41,11 @@ RUNNER_URL_HELP = (
     " One URL, several (comma-separated or a JSON list: a pool of replicas), or dns+http://NAME:PORT for every "
     "address NAME resolves to, re-resolved every RAGSERVE_UPSTREAM__DNS_REFRESH_S (a headless Service)."
 )
+
+
+def postgres_url(url: SecretStr | None, setting: str) -> SecretStr | None:
+    """``url`` when it is a PostgreSQL URL (or None); the refusal names ``setting``, never the URL (it holds a
+    password)."""
+    if url is not None and not url.get_secret_value().startswith(("postgresql://", "postgres://")):
+        raise ValueError(f"{setting} must be a postgresql:// URL")
+    return url

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
+from service.config.common import postgres_url
+
 
 class IndexerSettings(BaseModel):
     """The indexing worker: chunking, batching toward the embedding runner, the job queue."""
@@ -34,6 +36,4 @@ class IndexerSettings(BaseModel):
     @field_validator("queue_url")
     @classmethod
     def _postgres_url(cls, url: SecretStr | None) -> SecretStr | None:
-        if url is not None and not url.get_secret_value().startswith(("postgresql://", "postgres://")):
-            raise ValueError("queue_url must be a postgresql:// URL")
-        return url
+        return postgres_url(url, "queue_url")

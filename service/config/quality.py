@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
+from service.config.common import postgres_url
+
 
 class QueryLogSettings(BaseModel):
     """Every search gets a ``search_id`` and a short record (who searched, what came back) kept for
@@ -47,9 +49,7 @@ class QueryLogSettings(BaseModel):
     @field_validator("url")
     @classmethod
     def _postgres_url(cls, url: SecretStr | None) -> SecretStr | None:
-        if url is not None and not url.get_secret_value().startswith(("postgresql://", "postgres://")):
-            raise ValueError("url must be a postgresql:// URL")
-        return url
+        return postgres_url(url, "url")
 
     @model_validator(mode="after")
     def _key_for_hashing(self) -> QueryLogSettings:

@@ -26,7 +26,7 @@ from service.auth.principal import Principal
 from service.config import Settings
 from service.config.quality import QueryLogSettings
 from service.errors import Forbidden, InvalidInput, NotFound
-from service.quality.metrics import BUCKETS, QualityCollector
+from service.quality.metrics import BUCKETS, QualityCollector, ScoreHistogram
 from service.quality.records import Feedback, LogEntry, LogRow, RecordedHit, SearchRecord
 from service.quality.store import ALL_TENANTS, LogStore
 from service.store.tenancy import Tenant
@@ -192,7 +192,7 @@ class QualityLog:
         await self.flush()
         rows = await self.store.summary(since=self._wall() - hours * 3600, tenant=scope)
         searches = zero = 0
-        counts: dict[str, list[int]] = {}
+        histograms: dict[str, ScoreHistogram] = {}
         for collections_json, mode, reranked, top in rows:
             collections = json.loads(collections_json)
             if not all(principal.may_reach(c) for c in collections):
@@ -204,15 +204,14 @@ class QualityLog:
                 zero += 1
                 continue
             kind = "rerank" if reranked else mode
-            bounds = BUCKETS.get(kind, BUCKETS["hybrid"])
-            slots = counts.setdefault(kind, [0] * (len(bounds) + 1))
-            slots[next((i for i, b in enumerate(bounds) if top <= b), len(bounds))] += 1
+            if kind not in histograms:
+                histograms[kind] = ScoreHistogram(BUCKETS[kind])
+            histograms[kind].observe(top)
         return {
             "hours": hours, "searches": searches, "zero_hits": zero,
             "zero_hit_rate": zero / searches if searches else None,
-            "top_score": {kind: [{"le": le, "count": n} for le, n in
-                                 zip([*BUCKETS.get(kind, BUCKETS["hybrid"]), None], slots, strict=True)]
-                          for kind, slots in sorted(counts.items())},
+            "top_score": {kind: [{"le": le, "count": n} for le, n in zip([*h.bounds, None], h.counts, strict=True)]
+                          for kind, h in sorted(histograms.items())},
         }
 
     # -- lifetimes --------------------------------------------------------------------------------------------

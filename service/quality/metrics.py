@@ -64,7 +64,9 @@ to 1.1) and DBSF (at most the sum of the weights); anything above 2 is counted i
 
 
 @dataclass
-class _Histogram:
+class ScoreHistogram:
+    """Counts per bucket (not cumulative; the last is above every bound) and the sum of the scores."""
+
     bounds: tuple[float, ...]
     counts: list[int] = field(default_factory=list)
     total: float = 0.0
@@ -77,7 +79,7 @@ class _Histogram:
         self.counts[i] += 1
         self.total += value
 
-    def add(self, other: _Histogram) -> None:
+    def add(self, other: ScoreHistogram) -> None:
         self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
         self.total += other.total
 
@@ -85,7 +87,7 @@ class _Histogram:
         return {"counts": self.counts, "total": self.total}
 
     @classmethod
-    def from_state(cls, kind: str, state: dict[str, Any]) -> _Histogram:
+    def from_state(cls, kind: str, state: dict[str, Any]) -> ScoreHistogram:
         h = cls(BUCKETS[kind])
         h.counts, h.total = list(state["counts"]), float(state["total"])
         return h
@@ -102,16 +104,16 @@ class _Histogram:
 class _Collection:
     searches: Counter[str] = field(default_factory=Counter)
     zero: Counter[bool] = field(default_factory=Counter)
-    top: dict[str, _Histogram] = field(default_factory=dict)
+    top: dict[str, ScoreHistogram] = field(default_factory=dict)
     reranked: int = 0
     changed: int = 0
     low: Counter[str] = field(default_factory=Counter)
     feedback: Counter[int] = field(default_factory=Counter)
 
-    def histogram(self, kind: str) -> _Histogram:
+    def histogram(self, kind: str) -> ScoreHistogram:
         found = self.top.get(kind)
         if found is None:
-            found = self.top[kind] = _Histogram(BUCKETS[kind])
+            found = self.top[kind] = ScoreHistogram(BUCKETS[kind])
         return found
 
     def state(self) -> dict[str, Any]:
@@ -123,7 +125,7 @@ class _Collection:
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> _Collection:
         return cls(Counter(state["searches"]), Counter({k == "true": v for k, v in state["zero"].items()}),
-                   {k: _Histogram.from_state(k, h) for k, h in state["top"].items()}, state["reranked"],
+                   {k: ScoreHistogram.from_state(k, h) for k, h in state["top"].items()}, state["reranked"],
                    state["changed"], Counter(state["low"]), Counter({int(k): v for k, v in state["feedback"].items()}))
 
     def add(self, other: _Collection) -> None:
