@@ -261,7 +261,8 @@ def _build_progress(index: dict[str, Any]) -> str:
     """A running build, as the store estimates it: its phase, percent done and time left."""
     done = f" {index['progress']:.0%}" if index.get("progress") is not None else ""
     left = f", about {index['eta_s']:.0f} s left" if index.get("eta_s") is not None else ""
-    return f"building the index: {index.get('phase')}{done}{left}"
+    waiting = f", {index['waiting_writes']} write(s) waiting for it" if index.get("waiting_writes") else ""
+    return f"building the index: {index.get('phase')}{done}{left}{waiting}"
 
 
 def cmd_eval(args: argparse.Namespace) -> None:

@@ -83,6 +83,18 @@ class QdrantSettings(BaseModel):
         10, ge=0, le=19, description="Embedded store: the niceness added to a background build's process, so the "
         "serving process keeps the CPU it needs.",
     )
+    edge_build_max_unindexed: int = Field(
+        100_000, ge=0, description="Embedded store: while a collection's build runs and this many of its points are "
+        "unindexed, its writes wait for the build's swap: searches scan the unindexed points exactly, so this "
+        "bounds their cost (about 22 CPU-ms per 100,000 points of 1024 dimensions) at the price of ingest speed "
+        "where writes outpace the builder (docs/background-builds.md). 0: writes never wait.",
+    )
+    edge_build_segment_mb: int = Field(
+        2048, ge=16, description="Embedded store: the largest segment a background build makes, in MB of dense "
+        "vectors: a build indexes the points written since the last one into a segment of their own, or merged "
+        "into the smallest indexed one below this size, so it reads and writes at most about twice this much, "
+        "not the whole collection (docs/background-builds.md).",
+    )
     edge_build_hold: str | None = Field(
         None, description="Tests only: while this file exists, a background build waits between building its copy "
         "and catching it up (its phase says held), so a test can act at that point (tests/faults).",

@@ -3,6 +3,7 @@ read from the store when scraped, per collection:
 
 - ``ragserve_index_points{collection, state}``: points whose dense vector is indexed, and those searched exactly;
 - ``ragserve_index_build_running``, ``ragserve_index_build_failed``: 1 while a build runs, or since one was given up;
+- ``ragserve_index_waiting_writes``: writes waiting for a running build's swap (``edge_build_max_unindexed``);
 - ``ragserve_index_build_progress``, ``ragserve_index_build_eta_seconds``: a running build's estimates;
 - ``ragserve_index_last_build_end_timestamp_seconds``, ``..._last_build_seconds``, ``..._last_build_points``: the
   last build swapped in.
@@ -66,6 +67,8 @@ class IndexCollector(Collector):
                                     labels=["collection"])
         failed = GaugeMetricFamily("ragserve_index_build_failed", "1 when the last build was given up",
                                    labels=["collection"])
+        waiting = GaugeMetricFamily("ragserve_index_waiting_writes", "Writes waiting for a running build's swap "
+                                    "(too many points unindexed)", labels=["collection"])
         progress = GaugeMetricFamily("ragserve_index_build_progress", "A running build's estimated fraction done",
                                      labels=["collection"])
         eta = GaugeMetricFamily("ragserve_index_build_eta_seconds", "A running build's estimated seconds left",
@@ -82,6 +85,7 @@ class IndexCollector(Collector):
             points.add_metric([name, "unindexed"], sum(s.unindexed for s in statuses))
             running.add_metric([name], sum(s.build == "running" for s in statuses))
             failed.add_metric([name], sum(s.build == "failed" for s in statuses))
+            waiting.add_metric([name], sum(s.waiting_writes for s in statuses))
             if name == OTHER:
                 continue
             (s,) = statuses
@@ -95,4 +99,4 @@ class IndexCollector(Collector):
                 took.add_metric([name], s.last_seconds)
             if s.last_points is not None:
                 built.add_metric([name], s.last_points)
-        yield from (points, running, failed, progress, eta, ended, took, built)
+        yield from (points, running, failed, waiting, progress, eta, ended, took, built)

@@ -115,11 +115,14 @@ class EdgeStore(VectorStore):
                  search_threads: int = 0, write_batch: int = 128, hnsw_ef: int = 256, int8_oversampling: float = 2.0,
                  min_free_bytes: int = 64 << 20, inline: bool = False, background_build: bool = False,
                  build_threshold: int = 20_000, build_nice: int = 10, build_hold: str | None = None,
-                 build_overrides: dict[str, dict[str, Any]] | None = None) -> None:
+                 build_overrides: dict[str, dict[str, Any]] | None = None, build_max_unindexed: int = 100_000,
+                 build_segment_kb: int = 2048 << 10) -> None:
         """Use :meth:`open` (it takes the folder's lock and loads every collection). ``search_threads``: the
         engine's search pool per collection, 0 for :func:`search_pool_size`'s rule. ``background_build``: index a
         collection in the background once ``build_threshold`` of its points are unindexed, both overridden per
-        collection by ``build_overrides`` (``{name: {"enabled": bool, "threshold": int}}``)
+        collection by ``build_overrides`` (``{name: {"enabled": bool, "threshold": int}}``); while a build runs
+        with ``build_max_unindexed`` points unindexed (0: never), writes wait for its swap; a build makes segments
+        of at most ``build_segment_kb`` of dense vectors
         (:mod:`service.store.edge_background`; ``build_hold`` is for tests only)."""
         self.root = root
         self._search_threads = search_threads or search_pool_size()
@@ -141,7 +144,8 @@ class EdgeStore(VectorStore):
         self._builds = Builds(self._run, self._run_unbounded, root=root, enabled=background_build,
                               threshold=build_threshold, nice=build_nice, min_free=min_free_bytes,
                               search_threads=self._search_threads, batch=write_batch,
-                              hold=Path(build_hold) if build_hold else None, overrides=build_overrides)
+                              hold=Path(build_hold) if build_hold else None, overrides=build_overrides,
+                              max_unindexed=build_max_unindexed, segment_kb=build_segment_kb)
 
     # --- opening and closing -------------------------------------------------------------------------
 
@@ -371,6 +375,7 @@ class EdgeStore(VectorStore):
         check_vectors(chunks, vectors, sparse)
         coll = self._get(name)
         step = self._write_batch
+        await self._builds.room(coll)
         async with coll.write_lock:
             for start in range(0, len(chunks), step):
                 end = start + step

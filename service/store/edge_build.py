@@ -26,16 +26,20 @@ from service.store.types import INT8
 PR_SET_PDEATHSIG = 1
 
 
-def build_spec(dimensions: int, sparse: bool, int8: bool, nice: int) -> dict[str, Any]:
+def build_spec(dimensions: int, sparse: bool, int8: bool, nice: int, segment_kb: int) -> dict[str, Any]:
     """What the builder is told on its command line."""
-    return {"dimensions": dimensions, "sparse": sparse, "int8": int8, "nice": nice}
+    return {"dimensions": dimensions, "sparse": sparse, "int8": int8, "nice": nice, "segment_kb": segment_kb}
 
 
 def build(folder: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Build the index of the shard in ``folder`` in this process; what was built, for the store's status."""
     if spec.get("nice"):
         os.nice(int(spec["nice"]))
-    every_segment = qe.EdgeOptimizersConfig(indexing_threshold=INDEXING_THRESHOLD_KB)
+    # Segments of at most segment_kb: the unindexed points become a segment of their own, or merge into the
+    # smallest indexed one below that size, so a build at a million points reads and writes a part of the shard,
+    # not all of it (its memory: docs/background-builds.md).
+    every_segment = qe.EdgeOptimizersConfig(indexing_threshold=INDEXING_THRESHOLD_KB,
+                                            max_segment_size=int(spec["segment_kb"]))
     shard = qe.EdgeShard.load(folder, _config(int(spec["dimensions"]), bool(spec["sparse"]), every_segment,
                                               int8=bool(spec["int8"])))
     try:

@@ -41,7 +41,8 @@ def edge_options(settings: Settings) -> dict[str, Any]:
             "int8_oversampling": q.int8_oversampling,
             "min_free_bytes": q.edge_min_free_mb << 20, "background_build": q.edge_build,
             "build_threshold": q.edge_build_threshold, "build_nice": q.edge_build_nice,
-            "build_hold": q.edge_build_hold,
+            "build_hold": q.edge_build_hold, "build_max_unindexed": q.edge_build_max_unindexed,
+            "build_segment_kb": q.edge_build_segment_mb << 10,
             "build_overrides": {name: o.model_dump(exclude_none=True) for name, o in q.edge_build_collections.items()}}
 
 

@@ -121,6 +121,8 @@ class IndexStatus:
     """While running: the estimated fraction done (``service.store.edge_background.estimate``)."""
     eta_s: float | None = None
     """While running: the estimated seconds left; None while queued behind another build or catching up."""
+    waiting_writes: int = 0
+    """Writes waiting for the running build's swap: it runs with ``edge_build_max_unindexed`` points unindexed."""
 
 
 @dataclass(frozen=True)

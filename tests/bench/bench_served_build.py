@@ -2,7 +2,8 @@
 serve`` runs it) with searches running, indexed by background builds, and searched before, during and after.
 
     python -m tests.bench.bench_served_build [--size 100000] [--dims 1024] [--threshold 20000] [--rate 4]
-        [--queries 100] [--hnsw-ef 256] [--after-ef 128,512] [--scifact ../shared/data/scifact] [--workdir DIR]
+        [--queries 100] [--hnsw-ef 256] [--after-ef 128,512] [--max-unindexed 100000] [--segment-mb 2048]
+        [--idle-s 60] [--scifact ../shared/data/scifact] [--workdir DIR]
         [--json out.json]
 
 Data: ``tests/bench/bench_store.py``'s synthetic set with its defaults and seed (Gaussian clusters plus as much
@@ -87,6 +88,8 @@ class Watch:
         self.loaded = False
         self.timeline: list[dict[str, Any]] = []
         self.builder_peak_kib = 0
+        self.together_peak_kib = 0
+        """The store's process and its builder together, VmRSS sampled each second (the HWMs are per process)."""
         self.started = time.monotonic()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -97,8 +100,12 @@ class Watch:
             self.timeline.append({"t": round(time.monotonic() - self.started, 1), "points": info.points,
                                   "indexed": index.indexed, "unindexed": index.unindexed, "build": index.build,
                                   "phase": index.phase})
+            together = vm_kib(self.pid, "VmRSS")
             for child in children(self.pid):
                 self.builder_peak_kib = max(self.builder_peak_kib, vm_kib(child, "VmHWM"))
+                together += vm_kib(child, "VmRSS")
+            self.together_peak_kib = max(self.together_peak_kib, together)
+            self.timeline[-1]["rss_mib"] = round(together / 1024)
             try:
                 await asyncio.wait_for(stop.wait(), 1.0)
             except TimeoutError:
@@ -154,7 +161,8 @@ async def served(data: Data, root: Path, args: argparse.Namespace) -> dict[str, 
     from service.store.proxy import ProcessStore
 
     store = await ProcessStore.open(root, background_build=True, build_threshold=args.threshold,
-                                    hnsw_ef=args.hnsw_ef, timeout_s=3600)
+                                    hnsw_ef=args.hnsw_ef, timeout_s=3600, build_max_unindexed=args.max_unindexed,
+                                    build_segment_kb=args.segment_mb << 10)
     pid = store._process.pid
     await store.create_collection(COLLECTION, dimensions=data.dim, model="bench", sparse=SparseConfig())
     watch, stop, rows = Watch(store, pid), asyncio.Event(), []
@@ -176,7 +184,7 @@ async def served(data: Data, root: Path, args: argparse.Namespace) -> dict[str, 
         await store.build_index(COLLECTION)  # the points under the threshold: on demand, as an admin would
         await built(store)
     indexed_s, tail_s = time.perf_counter() - started, time.perf_counter() - tail_started
-    await asyncio.sleep(min(30.0, 60 / args.rate))  # searches of the indexed collection, still served
+    await asyncio.sleep(args.idle_s)  # searches of the indexed collection, still served: the idle figures
     stop.set()
     await asyncio.gather(*tasks)
     final = await store.get_collection(COLLECTION)
@@ -186,6 +194,7 @@ async def served(data: Data, root: Path, args: argparse.Namespace) -> dict[str, 
             "final": {"points": final.points, "indexed": final.index.indexed, "unindexed": final.index.unindexed,
                       "last_seconds": final.index.last_seconds},
             "store_peak_mib": round(store_peak_kib / 1024), "builder_peak_mib": round(watch.builder_peak_kib / 1024),
+            "together_peak_mib": round(watch.together_peak_kib / 1024),
             "searches": summary(rows), "timeline": watch.timeline,
             "slowest": sorted(rows, key=lambda r: -r["ms"])[:50]}
 
@@ -215,6 +224,11 @@ def main() -> None:
     parser.add_argument("--threshold", type=int, default=20_000)
     parser.add_argument("--rate", type=float, default=4.0, help="searches per second during the load and build")
     parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--max-unindexed", type=int, default=100_000,
+                        help="RAGSERVE_QDRANT__EDGE_BUILD_MAX_UNINDEXED (0: writes never wait for a build)")
+    parser.add_argument("--segment-mb", type=int, default=2048, help="RAGSERVE_QDRANT__EDGE_BUILD_SEGMENT_MB")
+    parser.add_argument("--idle-s", type=float, default=60.0,
+                        help="seconds of searches once all is indexed and nothing is written (the idle figures)")
     parser.add_argument("--hnsw-ef", type=int, default=256)
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--workdir", type=Path, default=None)
@@ -237,6 +251,7 @@ def main() -> None:
     exact = exact_top(data, args.queries)
     root = work / f"store-{time.strftime('%Y%m%dT%H%M%S')}"
     result = {"size": data.n, "dims": data.dim, "threshold": args.threshold, "hnsw_ef": args.hnsw_ef,
+              "max_unindexed": args.max_unindexed, "segment_mb": args.segment_mb,
               "rate": args.rate, "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()[0]}
     result["served"] = asyncio.run(served(data, root, args))
     result["after"] = asyncio.run(after(data, root, args, exact))

@@ -71,6 +71,9 @@ class IndexStatusOut(BaseModel):
                                    "build's rate: docs/background-builds.md).")
     eta_s: float | None = Field(None, description="While running: the estimated seconds left; null while queued "
                                 "or catching up.")
+    waiting_writes: int = Field(0, description="Writes waiting for the running build's swap: it runs with "
+                                "RAGSERVE_QDRANT__EDGE_BUILD_MAX_UNINDEXED points unindexed, and more would make "
+                                "every search's exact scan longer.")
 
 
 class CollectionOut(BaseModel):

@@ -41,7 +41,7 @@ def test_a_described_collection_carries_its_index_status_and_a_listed_one_none()
         "indexed": 900, "unindexed": 12, "build": "failed", "phase": None,
         "reason": "the builder process exited with 1", "last_ended": "2026-12-06T23:00:00+00:00",
         "last_built": "hnsw", "last_points": None, "last_seconds": None, "started": None, "progress": None,
-        "eta_s": None}
+        "eta_s": None, "waiting_writes": 0}
     assert _out(CollectionInfo("c", 16, 912, "m", {})).index is None
 
 
@@ -67,7 +67,7 @@ async def test_an_admin_builds_the_index_on_demand_while_searches_are_answered(t
         metrics_after = (await client.get("/metrics")).text
     assert before == {"indexed": 0, "unindexed": 40, "build": "idle", "phase": None, "reason": None,
                       "last_ended": None, "last_built": None, "last_points": None,
-                      "last_seconds": None, "started": None, "progress": None, "eta_s": None}
+                      "last_seconds": None, "started": None, "progress": None, "eta_s": None, "waiting_writes": 0}
     assert reader.status_code == 403
     assert started.status_code == 202, started.text
     assert started.json()["index"]["build"] == "running"
@@ -81,11 +81,13 @@ async def test_an_admin_builds_the_index_on_demand_while_searches_are_answered(t
     assert _series(metrics_before) == {
         'ragserve_index_points{collection="kb",state="indexed"}': 0.0,
         'ragserve_index_points{collection="kb",state="unindexed"}': 40.0,
-        'ragserve_index_build_running{collection="kb"}': 0.0, 'ragserve_index_build_failed{collection="kb"}': 0.0}
+        'ragserve_index_build_running{collection="kb"}': 0.0, 'ragserve_index_build_failed{collection="kb"}': 0.0,
+        'ragserve_index_waiting_writes{collection="kb"}': 0.0}
     assert _series(metrics_after) == {
         'ragserve_index_points{collection="kb",state="indexed"}': 40.0,
         'ragserve_index_points{collection="kb",state="unindexed"}': 0.0,
         'ragserve_index_build_running{collection="kb"}': 0.0, 'ragserve_index_build_failed{collection="kb"}': 0.0,
+        'ragserve_index_waiting_writes{collection="kb"}': 0.0,
         'ragserve_index_last_build_end_timestamp_seconds{collection="kb"}':
             datetime.fromisoformat(after["last_ended"]).timestamp(),
         'ragserve_index_last_build_seconds{collection="kb"}': after["last_seconds"],

@@ -177,6 +177,31 @@ async def test_writes_replacements_and_deletes_made_during_a_build_survive_its_s
         await again.aclose()
 
 
+async def test_writes_wait_for_the_swap_while_a_build_runs_with_too_many_points_unindexed(tmp_path: Path) -> None:
+    root, hold = tmp_path / "qdrant", tmp_path / "hold"
+    hold.touch()
+    store = await open_edge(root, hold, build_max_unindexed=THRESHOLD + 5)
+    try:
+        ledger = await filled(store)
+        await until(store, lambda s: s.phase == "held")
+        await ledger.upsert(doc("under", 5, "h1"))  # THRESHOLD unindexed before it: below the bound, it goes on
+        waiting = asyncio.create_task(ledger.upsert(doc("over", 2, "h1")))
+        held = await until(store, lambda s: s.waiting_writes == 1)
+        assert (held.build, held.phase, held.unindexed) == ("running", "held", THRESHOLD + 5)
+        assert not waiting.done()
+        assert len(await answers(store)) == 5  # searches are answered meanwhile
+        await ledger.delete("d7")  # and deletes go on: they add nothing to scan
+        assert not waiting.done() and doc("over", 2, "h1")[0].id_in("c") not in ledger.points
+        hold.unlink()
+        await waiting
+        after = await until(store, lambda s: s.build != "running")
+        assert (after.build, after.waiting_writes, after.last_points) == ("idle", 0, THRESHOLD)
+        await ledger.check()  # the write that waited, and every other one, point by point
+        assert doc("over", 2, "h1")[0].id_in("c") in ledger.points
+    finally:
+        await store.aclose()
+
+
 async def test_a_store_killed_during_a_build_keeps_every_acknowledged_write(tmp_path: Path) -> None:
     root, hold = tmp_path / "qdrant", tmp_path / "hold"
     hold.touch()

@@ -148,6 +148,7 @@ function indexText(index) {
     const eta = index.eta_s == null ? "" : `, about ${index.eta_s < 90 ? `${Math.round(index.eta_s)} s`
       : `${Math.round(index.eta_s / 60)} min`} left`;
     parts.push(`building: ${index.phase}${pct}${eta}`);
+    if (index.waiting_writes) parts.push(`${index.waiting_writes} write(s) waiting for it`);
   } else if (index.build === "failed") {
     parts.push(`last build given up: ${index.reason}`);
   } else if (index.build === "off") {
