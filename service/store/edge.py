@@ -112,7 +112,7 @@ class EdgeStore(VectorStore):
     quantizations = frozenset({INT8})
 
     def __init__(self, root: Path, *, max_concurrency: int = 8, timeout_s: float = 10.0, threads: int = 2,
-                 search_threads: int = 0, write_batch: int = 128, hnsw_ef: int = 256, int8_oversampling: float = 2.0,
+                 search_threads: int = 0, write_batch: int = 128, hnsw_ef: int = 512, int8_oversampling: float = 2.0,
                  min_free_bytes: int = 64 << 20, inline: bool = False, background_build: bool = False,
                  build_threshold: int = 20_000, build_nice: int = 10, build_hold: str | None = None,
                  build_overrides: dict[str, dict[str, Any]] | None = None, build_max_unindexed: int = 100_000,

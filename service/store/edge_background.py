@@ -31,8 +31,8 @@ fails or is killed, the disk has no room for the copy, the collection is deleted
 
 Progress. Qdrant Edge's ``optimize`` is one call that reports nothing until it returns, so a running build's
 progress and ETA are estimates (:func:`estimate`): the building step's elapsed time against its expected length,
-the points copied times their dimensions times the seconds per point-dimension that the last build of this store
-took (before any, :data:`DEFAULT_COST_S`).
+the copy's unindexed points times their dimensions times the seconds per point-dimension that the last build of
+this store took (before any, :data:`DEFAULT_COST_S`).
 """
 
 from __future__ import annotations
@@ -136,6 +136,11 @@ class BuildJob:
     live_indexed: int | None = None
     """Indexed points of the live shard when it was copied (it indexes nothing more while it serves, so its
     unindexed points are its points less these)."""
+
+    def to_index(self) -> int:
+        """The copy's unindexed points: what its build indexes (the segments already indexed are kept, or merged
+        with their graph reused), so what its length is timed by."""
+        return self.points - (self.live_indexed or 0)
 
     def take(self) -> list[str]:
         ids, self.touched = self.touched, set()
@@ -294,7 +299,7 @@ class Builds:
         if job is None:
             return last
         since = job.building_since
-        progress, eta = estimate(job.phase, self._clock() - since if since is not None else 0.0, job.points,
+        progress, eta = estimate(job.phase, self._clock() - since if since is not None else 0.0, job.to_index(),
                                  coll.info.dimensions, self._cost_s)
         return replace(last, phase=job.phase, started=job.started_at, progress=progress, eta_s=eta)
 
@@ -387,8 +392,8 @@ class Builds:
         job.building_since = self._clock()
         out, err = await job.process.communicate()
         self._check(job)
-        if job.process.returncode == 0 and job.points:
-            self._cost_s = (self._clock() - job.building_since) / (job.points * info.dimensions)
+        if job.process.returncode == 0 and job.to_index():
+            self._cost_s = (self._clock() - job.building_since) / (job.to_index() * info.dimensions)
         status = job.process.returncode
         if status != 0:
             how = f"was killed by signal {-status}" if status is not None and status < 0 else f"exited with {status}"

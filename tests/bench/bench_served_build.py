@@ -2,7 +2,7 @@
 serve`` runs it) with searches running, indexed by background builds, and searched before, during and after.
 
     python -m tests.bench.bench_served_build [--size 100000] [--dims 1024] [--threshold 20000] [--rate 4]
-        [--queries 100] [--hnsw-ef 256] [--after-ef 128,512] [--max-unindexed 100000] [--segment-mb 2048]
+        [--queries 100] [--hnsw-ef 512] [--after-ef 256,768] [--max-unindexed 100000] [--segment-mb 2048]
         [--idle-s 60] [--scifact ../shared/data/scifact] [--workdir DIR]
         [--json out.json]
 
@@ -229,7 +229,7 @@ def main() -> None:
     parser.add_argument("--segment-mb", type=int, default=2048, help="RAGSERVE_QDRANT__EDGE_BUILD_SEGMENT_MB")
     parser.add_argument("--idle-s", type=float, default=60.0,
                         help="seconds of searches once all is indexed and nothing is written (the idle figures)")
-    parser.add_argument("--hnsw-ef", type=int, default=256)
+    parser.add_argument("--hnsw-ef", type=int, default=512)
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--after-ef", default="", help="more hnsw_ef values to measure dense search at, after")
