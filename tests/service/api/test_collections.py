@@ -26,7 +26,8 @@ async def test_collection_lifecycle(minilm_settings: Settings) -> None:
     assert one.json()["points"] == 2
     assert one.json()["index"] == {"indexed": 0, "unindexed": 2, "build": "idle", "phase": None, "reason": None,
                                    "last_ended": None, "last_built": None, "last_points": None,
-                                   "last_seconds": None, "started": None, "progress": None, "eta_s": None}
+                                   "last_seconds": None, "started": None, "progress": None, "eta_s": None,
+                                   "waiting_writes": 0}
     assert one.json()["sparse"]["avg_len"] == 1.0  # estimated from the first documents: one term each
     assert deleted.status_code == 204
     assert gone.status_code == 404 and again.status_code == 404

@@ -115,7 +115,8 @@ async def test_export_then_import_into_the_other_backend_answers_the_same_withou
     # below the build threshold, so all are searched exactly and no build has run.
     assert embedded.pop("index") == {"indexed": 0, "unindexed": N, "build": "idle", "phase": None, "reason": None,
                                      "last_ended": None, "last_built": None, "last_points": None,
-                                     "last_seconds": None, "started": None, "progress": None, "eta_s": None}
+                                     "last_seconds": None, "started": None, "progress": None, "eta_s": None,
+                                     "waiting_writes": 0}
     assert server.pop("index") is None
     assert server == embedded
 
