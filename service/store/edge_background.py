@@ -133,6 +133,8 @@ class BuildJob:
     points: int = 0
     """Points in the copy (known once it is made)."""
     building_since: float | None = None
+    waiting: int = 0
+    """Writes waiting in :meth:`Builds.room` for this build to end."""
     live_indexed: int | None = None
     """Indexed points of the live shard when it was copied (it indexes nothing more while it serves, so its
     unindexed points are its points less these)."""
@@ -179,8 +181,8 @@ class Builds:
 
     def __init__(self, run: Run[Any], long_run: Run[Any], *, root: Path, enabled: bool, threshold: int, nice: int,
                  min_free: int, search_threads: int, batch: int, hold: Path | None = None,
-                 overrides: Mapping[str, Mapping[str, Any]] | None = None, max_unindexed: int = 0,
-                 segment_kb: int = 2048 << 10, clock: Callable[[], float] = time.monotonic) -> None:
+                 max_unindexed: int, segment_kb: int, overrides: Mapping[str, Mapping[str, Any]] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._run = run
         self._long_run = long_run
         """For the calls whose length grows with the shard (load, flush, close): no deadline, since a call cut off
@@ -196,8 +198,6 @@ class Builds:
         self._batch = batch
         self._max_unindexed = max_unindexed
         self._segment_kb = segment_kb
-        self._waiting: dict[str, int] = {}
-        """Per collection: writes waiting in :meth:`room`."""
         self._hold = hold
         self._overrides = dict(overrides or {})
         """Per collection: ``enabled`` and ``threshold`` where they differ from the store's."""
@@ -252,11 +252,11 @@ class Builds:
             points = (await self._run(name, lambda: _info_counts(coll.shard)))[0]
             if points - job.live_indexed < self._max_unindexed or job.task is None:
                 return
-            self._waiting[name] = self._waiting.get(name, 0) + 1
+            job.waiting += 1
             try:
                 await asyncio.wait({job.task})  # not the task itself: a cancelled write must not cancel the build
             finally:
-                self._waiting[name] -= 1
+                job.waiting -= 1
 
     async def after_write(self, coll: _Collection) -> None:
         """Start a build when the collection's unindexed points reached the threshold and none runs."""
@@ -293,7 +293,6 @@ class Builds:
         enabled = self.enabled_for(coll.info.name)
         state = "running" if job is not None else "failed" if record.failed else "idle" if enabled else "off"
         last = IndexStatus(indexed=indexed, unindexed=points - indexed, build=state, reason=record.failed,
-                           waiting_writes=self._waiting.get(coll.info.name, 0),
                            last_ended=record.last_ended, last_built=record.last_built,
                            last_points=record.last_points, last_seconds=record.last_seconds)
         if job is None:
@@ -301,7 +300,8 @@ class Builds:
         since = job.building_since
         progress, eta = estimate(job.phase, self._clock() - since if since is not None else 0.0, job.to_index(),
                                  coll.info.dimensions, self._cost_s)
-        return replace(last, phase=job.phase, started=job.started_at, progress=progress, eta_s=eta)
+        return replace(last, phase=job.phase, started=job.started_at, progress=progress, eta_s=eta,
+                       waiting_writes=job.waiting)
 
     async def aclose(self) -> None:
         """Give every build up (their copies deleted) and wait for them to end."""
