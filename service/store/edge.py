@@ -383,6 +383,7 @@ class EdgeStore(VectorStore):
                 self.check_space(_write_bytes(*part))
                 await self._run(name, lambda part=part: _upsert(coll.shard, name, *part))
                 self._builds.touched(coll, [c.id_in(name) for c in part[0]])
+                self._builds.wrote(coll, len(part[0]))
         await self._builds.after_write(coll)
 
     async def delete(self, name: str, where: Filter) -> None:
@@ -571,6 +572,8 @@ class EdgeStore(VectorStore):
                 self.check_space(WRITE_COPIES * sum(64 + 8 * len(v.indices) for _, v in part))
                 await self._run(name, lambda op=op: coll.shard.update(op))
                 self._builds.touched(coll, [pid for pid, _ in part])
+                self._builds.wrote(coll, len(part))  # the engine moves a rewritten point out of its index
+        await self._builds.after_write(coll)
 
 
 def _not_served(colls: Sequence[_Collection]) -> Callable[[str, list[str]], list[str]]:

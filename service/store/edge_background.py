@@ -138,6 +138,8 @@ class BuildJob:
     live_indexed: int | None = None
     """Indexed points of the live shard when it was copied (it indexes nothing more while it serves, so its
     unindexed points are its points less these)."""
+    written_at_copy: int = 0
+    """The collection's written count (:meth:`Builds.wrote`) when it was copied: what the swap indexes."""
 
     def to_index(self) -> int:
         """The copy's unindexed points: what its build indexes (the segments already indexed are kept, or merged
@@ -206,6 +208,8 @@ class Builds:
         """Seconds per point-dimension of the last build's building step (:func:`estimate`)."""
         self._jobs: dict[str, BuildJob] = {}
         self._records: dict[str, BuildRecord] = {}
+        self._written: dict[str, int] = {}
+        """Per collection, points written since the copy of its last build that swapped in (:meth:`wrote`)."""
         self._numbers = itertools.count(1)
 
     def enabled_for(self, name: str) -> bool:
@@ -226,6 +230,16 @@ class Builds:
         if job is not None:
             job.touched.update(ids)
 
+    def wrote(self, coll: _Collection, points: int) -> None:
+        """Count points an upsert wrote or a vector rewrite moved. The engine's own count misses both kinds where
+        they replace an indexed point: it writes the new one to the unindexed segment and still counts the old,
+        deleted one as indexed, so a collection whose documents are replaced, or whose BM25 vectors are all
+        re-encoded, would read as indexed while its searches scan it exactly, and no build would start.
+        A point written twice counts twice (its collection's size bounds the sum); the count starts at 0 in
+        each process, so a restart falls back to the engine's count until the next writes."""
+        name = coll.info.name
+        self._written[name] = self._written.get(name, 0) + points
+
     def give_up(self, coll: _Collection, reason: str) -> None:
         job = self.job(coll)
         if job is None:
@@ -238,6 +252,7 @@ class Builds:
         """The collection was deleted: give its build up and drop its record."""
         self.give_up(coll, "the collection was deleted")
         self._records.pop(coll.info.name, None)
+        self._written.pop(coll.info.name, None)
 
     async def room(self, coll: _Collection) -> None:
         """Before an upsert: wait while this collection's build runs with ``max_unindexed`` of its points unindexed.
@@ -267,7 +282,8 @@ class Builds:
         # First a bound from the shard's info alone (its indexed count also holds every sparse vector, at most
         # one per point): the exact count of sparse vectors is a scan, run only near the threshold.
         points, raw = await self._run(name, lambda: _info_counts(coll.shard))
-        if points - raw + (points if coll.info.sparse is not None else 0) < threshold:
+        if max(points - raw + (points if coll.info.sparse is not None else 0),
+               min(self._written.get(name, 0), points)) < threshold:
             return
         record = self._records.get(name)
         if record is not None and record.failed and points < record.failed_at_points + threshold:
@@ -319,7 +335,8 @@ class Builds:
             info = coll.shard.info()
             return info.points_count, _dense_indexed(coll.shard, info.indexed_vectors_count, info.points_count,
                                                      sparse)
-        return await self._run(coll.info.name, counts)
+        points, indexed = await self._run(coll.info.name, counts)
+        return points, min(indexed, points - min(self._written.get(coll.info.name, 0), points))
 
     async def _build(self, job: BuildJob) -> None:
         coll = job.coll
@@ -380,6 +397,7 @@ class Builds:
                 raise BuildGivenUp(f"no room for the build's copy of the shard: {exc.message}") from exc
             await asyncio.to_thread(shutil.copytree, live, job.folder, copy_function=copy_sparse)
             job.points, job.live_indexed = await self._counts(coll)
+            job.written_at_copy = self._written.get(coll.info.name, 0)
 
     async def _run_builder(self, job: BuildJob) -> str:
         job.phase = "building"
@@ -431,6 +449,7 @@ class Builds:
                 old, old_dir = coll.shard, coll.shard_dir
                 await self._point_to(coll, job.folder.name)
                 coll.shard, new = new, None
+                self._written[name] = max(self._written.get(name, 0) - job.written_at_copy, 0)
                 held = self._clock() - locked
         finally:
             if new is not None:

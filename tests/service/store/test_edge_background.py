@@ -202,6 +202,36 @@ async def test_writes_wait_for_the_swap_while_a_build_runs_with_too_many_points_
         await store.aclose()
 
 
+async def test_points_replaced_or_re_encoded_after_a_build_count_as_unindexed_and_start_the_next(
+        tmp_path: Path) -> None:
+    """The engine writes a replaced point, or one whose BM25 vector is rewritten, to its unindexed segment and
+    still counts the old copy in the graph as indexed: the store counts what it wrote since the last build."""
+    store = await EdgeStore.open(tmp_path / "qdrant", background_build=True, build_threshold=THRESHOLD,
+                                 write_batch=64)
+    meta = tmp_path / "qdrant" / "collections" / "c" / "collection.json"
+    try:
+        await store.create_collection("c", dimensions=DIMS, model="m", sparse=SparseConfig())
+        ledger = Ledger(store)
+        for i in range(THRESHOLD // 5):
+            await ledger.upsert(doc(f"d{i}", 5, "h1"))
+        first = await until(store, lambda s: s.build != "running")
+        assert (first.build, first.last_built, first.indexed, first.unindexed) == ("idle", "hnsw", THRESHOLD, 0)
+        assert json.loads(meta.read_text())["shard"] == "shard-1"
+        for i in range(THRESHOLD // 10):  # half the documents, new versions under the same ids
+            await ledger.replace(doc(f"d{i}", 5, "h2"))
+        half = await status(store)
+        assert (half.build, half.indexed, half.unindexed) == ("idle", THRESHOLD // 2, THRESHOLD // 2)
+        await store.set_sparse_vectors("c", [(pid, RENORMALISED) for pid in sorted(ledger.points)])  # re-encoded
+        second = await until(store, lambda s: s.build != "running")
+        assert (second.build, second.last_points, second.indexed, second.unindexed) == ("idle", THRESHOLD,
+                                                                                        THRESHOLD, 0)
+        assert json.loads(meta.read_text())["shard"] == "shard-2"  # a second build swapped in
+        stored = await ledger.check()
+        assert {p.sparse == RENORMALISED for p in stored.values()} == {True}
+    finally:
+        await store.aclose()
+
+
 async def test_a_store_killed_during_a_build_keeps_every_acknowledged_write(tmp_path: Path) -> None:
     root, hold = tmp_path / "qdrant", tmp_path / "hold"
     hold.touch()
