@@ -3,8 +3,8 @@ serve`` runs it) with searches running, indexed by background builds, and search
 
     python -m tests.bench.bench_served_build [--size 100000] [--dims 1024] [--threshold 20000] [--rate 4]
         [--queries 100] [--hnsw-ef 512] [--after-ef 256,768] [--max-unindexed 100000] [--segment-mb 2048]
-        [--idle-s 60] [--scifact ../shared/data/scifact] [--workdir DIR]
-        [--json out.json]
+        [--idle-s 60] [--cycles 1] [--trickle 100] [--reuse STORE_DIR] [--scifact ../shared/data/scifact]
+        [--workdir DIR] [--json out.json]
 
 Data: ``tests/bench/bench_store.py``'s synthetic set with its defaults and seed (Gaussian clusters plus as much
 noise, BM25-shaped sparse vectors), ``--dims`` wide; cached under ``--workdir``. The vectors are precomputed and
@@ -15,6 +15,11 @@ While it loads and builds, one search every ``1/--rate`` s goes to the store pro
 turn, each labelled with what the store was doing (its collection status, read every second): ``loading``,
 ``building`` (a build running, the load over or not) or ``indexed``. Once the load ends the points still under
 the threshold are built on demand (``build_index``, the admin route's call), so the whole collection ends indexed.
+
+Then ``--cycles`` builds of a served, indexed collection, each against the same collection idle
+(:func:`one_build`): the ratio of their p99s is issue 38's "p99 during the build against idle p99", the build's
+own cost to searches, apart from the exact scan of points not yet indexed that any idle store pays too.
+``--reuse DIR`` runs only those cycles, on the store folder an earlier run left.
 
 After: the store process's peak RSS (and every builder's, sampled each second), then the folder reopened in this
 process as ``EdgeStore`` and measured as ``bench_store`` measures (``run_queries``: concurrency 1, CPU time of
@@ -43,6 +48,7 @@ from tests.bench import bench_store
 from tests.bench.bench_store import BATCH, COLLECTION, Data, K, overlap, production_fusion, run_queries
 
 MODES = ("dense", "sparse", "hybrid")
+UPDATE = "bench-update"
 
 
 def vm_kib(pid: int, field: str) -> int:
@@ -86,6 +92,8 @@ class Watch:
         self.store, self.pid = store, pid
         self.state = "loading"
         self.loaded = False
+        self.stage: str | None = None
+        """Set by the bench for a window it times itself (:func:`one_build`): the label of the searches made in it."""
         self.timeline: list[dict[str, Any]] = []
         self.builder_peak_kib = 0
         self.together_peak_kib = 0
@@ -125,7 +133,7 @@ async def searches(store: Any, data: Data, watch: Watch, rate: float, stop: asyn
                               fusion=fusion if mode == "hybrid" else None)
         except Exception as exc:  # noqa: BLE001 - a figure: every error is counted, none is expected
             error = type(exc).__name__
-        out.append({"state": watch.state, "mode": mode, "ms": (time.perf_counter() - started) * 1000,
+        out.append({"state": watch.stage or watch.state, "mode": mode, "ms": (time.perf_counter() - started) * 1000,
                     "error": error, "t": round(time.monotonic() - watch.started, 2)})
         j += 1
         try:
@@ -136,7 +144,7 @@ async def searches(store: Any, data: Data, watch: Watch, rate: float, stop: asyn
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for state in ("loading", "building", "indexed"):
+    for state in dict.fromkeys(r["state"] for r in rows):
         for mode in MODES:
             ms = [r["ms"] for r in rows if r["state"] == state and r["mode"] == mode]
             if ms:
@@ -156,13 +164,18 @@ async def built(store: Any) -> None:
         await asyncio.sleep(1)
 
 
-async def served(data: Data, root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from service.sparse.config import SparseConfig
+async def open_served(root: Path, args: argparse.Namespace) -> Any:
     from service.store.proxy import ProcessStore
 
-    store = await ProcessStore.open(root, background_build=True, build_threshold=args.threshold,
-                                    hnsw_ef=args.hnsw_ef, timeout_s=3600, build_max_unindexed=args.max_unindexed,
-                                    build_segment_kb=args.segment_mb << 10)
+    return await ProcessStore.open(root, background_build=True, build_threshold=args.threshold,
+                                   hnsw_ef=args.hnsw_ef, timeout_s=3600, build_max_unindexed=args.max_unindexed,
+                                   build_segment_kb=args.segment_mb << 10)
+
+
+async def served(data: Data, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from service.sparse.config import SparseConfig
+
+    store = await open_served(root, args)
     pid = store._process.pid
     await store.create_collection(COLLECTION, dimensions=data.dim, model="bench", sparse=SparseConfig())
     watch, stop, rows = Watch(store, pid), asyncio.Event(), []
@@ -185,6 +198,7 @@ async def served(data: Data, root: Path, args: argparse.Namespace) -> dict[str, 
         await built(store)
     indexed_s, tail_s = time.perf_counter() - started, time.perf_counter() - tail_started
     await asyncio.sleep(args.idle_s)  # searches of the indexed collection, still served: the idle figures
+    update = [await one_build(store, data, watch, args, c) for c in range(args.cycles)]
     stop.set()
     await asyncio.gather(*tasks)
     final = await store.get_collection(COLLECTION)
@@ -195,8 +209,83 @@ async def served(data: Data, root: Path, args: argparse.Namespace) -> dict[str, 
                       "last_seconds": final.index.last_seconds},
             "store_peak_mib": round(store_peak_kib / 1024), "builder_peak_mib": round(watch.builder_peak_kib / 1024),
             "together_peak_mib": round(watch.together_peak_kib / 1024),
-            "searches": summary(rows), "timeline": watch.timeline,
+            "searches": summary(rows), "one_build": update and {"cycles": update, **against_idle(rows)},
+            "timeline": watch.timeline,
             "slowest": sorted(rows, key=lambda r: -r["ms"])[:50]}
+
+
+async def reserved(data: Data, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``--reuse``: the folder an earlier run left, indexed, served again: ``--idle-s`` of searches, then
+    ``--cycles`` of :func:`one_build`."""
+    store = await open_served(root, args)
+    watch, stop, rows = Watch(store, store._process.pid), asyncio.Event(), []
+    watch.loaded, watch.stage = True, "reopened"
+    tasks = [asyncio.create_task(watch.run(stop)),
+             asyncio.create_task(searches(store, data, watch, args.rate, stop, rows))]
+    await asyncio.sleep(args.idle_s)
+    cycles = [await one_build(store, data, watch, args, c) for c in range(args.cycles)]
+    stop.set()
+    await asyncio.gather(*tasks)
+    await store.aclose()
+    return {"reused": str(root), "cycles": cycles, "searches": summary(rows), **against_idle(rows),
+            "builder_peak_mib": round(watch.builder_peak_kib / 1024),
+            "together_peak_mib": round(watch.together_peak_kib / 1024), "timeline": watch.timeline,
+            "slowest": sorted(rows, key=lambda r: -r["ms"])[:50]}
+
+
+def update_chunk(data: Data, i: int, cycle: int) -> Any:
+    from service.store.types import Chunk
+
+    return Chunk(f"u{cycle}-{i}", 0, f"update point {i}", {"set": data.meta["name"]}, content_hash="h0", source=UPDATE)
+
+
+async def write_updates(store: Any, data: Data, start: int, end: int, cycle: int) -> None:
+    for a in range(start, end, BATCH):
+        b = min(a + BATCH, end)
+        await store.upsert(COLLECTION, [update_chunk(data, i, cycle) for i in range(a, b)], data.x[a:b],
+                           [data.doc_sparse(i) for i in range(a, b)])
+
+
+async def one_build(store: Any, data: Data, watch: Watch, args: argparse.Namespace, cycle: int) -> dict[str, Any]:
+    """One background build of a served, indexed collection, against the same collection idle.
+
+    ``idle``: the collection as the build will find it, just under the threshold of points written since its
+    last build (the first vectors again, as documents ``u<cycle>-<i>``), searched for ``--idle-s`` with nothing written
+    and nothing built. ``build``: from the write that passes the threshold to the swap, with ``--trickle``
+    points/s written meanwhile (caught up at the swap). ``after``: ``--idle-s`` more, the build's points indexed
+    and the trickle's not. Then they are all deleted, so ``after()`` measures the collection as loaded."""
+    from service.store.types import Filter, Match
+
+    unindexed = (await store.get_collection(COLLECTION)).index.unindexed  # a cycle before leaves its trickle
+    under = max(args.threshold - 1 - unindexed, 0) // BATCH * BATCH
+    watch.stage = "update.writing"
+    await write_updates(store, data, 0, under, cycle)
+    watch.stage = "update.idle"
+    await asyncio.sleep(args.idle_s)
+    watch.stage, started, written = "update.build", time.perf_counter(), under
+    while written < under + BATCH or (await store.get_collection(COLLECTION)).index.build == "running":
+        await write_updates(store, data, written, written + BATCH, cycle)
+        written += BATCH
+        await asyncio.sleep(BATCH / args.trickle)
+    build_s = time.perf_counter() - started
+    info = await store.get_collection(COLLECTION)
+    watch.stage = "update.after"
+    await asyncio.sleep(args.idle_s)
+    watch.stage = "update.deleting"
+    await store.delete(COLLECTION, Filter(must=(Match("source", UPDATE),)))
+    watch.stage = None
+    return {"unindexed_before": unindexed + under, "written_during": written - under, "build_s": round(build_s, 1),
+            "index": {"indexed": info.index.indexed, "unindexed": info.index.unindexed,
+                      "last_built": info.index.last_built, "last_seconds": info.index.last_seconds}}
+
+
+def against_idle(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """p99 during the build over p99 idle, per mode and over all three."""
+    def p99(state: str, mode: str | None) -> float:
+        ms = [r["ms"] for r in rows if r["state"] == state and mode in (None, r["mode"])]
+        return float(np.percentile(ms, 99)) if ms else float("nan")
+    return {"p99_ratio": {mode or "all": round(p99("update.build", mode) / p99("update.idle", mode), 2)
+                          for mode in (*MODES, None)}}
 
 
 async def after(data: Data, root: Path, args: argparse.Namespace, exact: list[list[int]]) -> dict[str, Any]:
@@ -229,6 +318,11 @@ def main() -> None:
     parser.add_argument("--segment-mb", type=int, default=2048, help="RAGSERVE_QDRANT__EDGE_BUILD_SEGMENT_MB")
     parser.add_argument("--idle-s", type=float, default=60.0,
                         help="seconds of searches once all is indexed and nothing is written (the idle figures)")
+    parser.add_argument("--cycles", type=int, default=1,
+                        help="then this many builds of a threshold of new points, each against the collection idle")
+    parser.add_argument("--reuse", type=Path, default=None,
+                        help="the store folder of an earlier run (same data): serve it again for --cycles builds only")
+    parser.add_argument("--trickle", type=float, default=100.0, help="points/s written during that build")
     parser.add_argument("--hnsw-ef", type=int, default=512)
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--workdir", type=Path, default=None)
@@ -248,11 +342,17 @@ def main() -> None:
             bench_store.make_synthetic(data_dir, args.size, args.queries, args.seed)
     data = Data(data_dir)
     args.queries = min(args.queries, len(data.q))
-    exact = exact_top(data, args.queries)
     root = work / f"store-{time.strftime('%Y%m%dT%H%M%S')}"
     result = {"size": data.n, "dims": data.dim, "threshold": args.threshold, "hnsw_ef": args.hnsw_ef,
               "max_unindexed": args.max_unindexed, "segment_mb": args.segment_mb,
               "rate": args.rate, "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()[0]}
+    if args.reuse:
+        result["reserved"] = r = asyncio.run(reserved(data, args.reuse, args))
+        print(json.dumps({k: v for k, v in r.items() if k not in ("timeline", "slowest")}, indent=1))
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1))
+        return
+    exact = exact_top(data, args.queries)
     result["served"] = asyncio.run(served(data, root, args))
     result["after"] = asyncio.run(after(data, root, args, exact))
     result["loadavg_end"] = os.getloadavg()[0]
