@@ -240,6 +240,10 @@ class Builds:
         name = coll.info.name
         self._written[name] = self._written.get(name, 0) + points
 
+    def _unindexed_written(self, name: str, points: int) -> int:
+        """What :meth:`wrote` counted, bounded by the collection's ``points``: at least that many are unindexed."""
+        return min(self._written.get(name, 0), points)
+
     def give_up(self, coll: _Collection, reason: str) -> None:
         job = self.job(coll)
         if job is None:
@@ -283,7 +287,7 @@ class Builds:
         # one per point): the exact count of sparse vectors is a scan, run only near the threshold.
         points, raw = await self._run(name, lambda: _info_counts(coll.shard))
         if max(points - raw + (points if coll.info.sparse is not None else 0),
-               min(self._written.get(name, 0), points)) < threshold:
+               self._unindexed_written(name, points)) < threshold:
             return
         record = self._records.get(name)
         if record is not None and record.failed and points < record.failed_at_points + threshold:
@@ -336,7 +340,7 @@ class Builds:
             return info.points_count, _dense_indexed(coll.shard, info.indexed_vectors_count, info.points_count,
                                                      sparse)
         points, indexed = await self._run(coll.info.name, counts)
-        return points, min(indexed, points - min(self._written.get(coll.info.name, 0), points))
+        return points, min(indexed, points - self._unindexed_written(coll.info.name, points))
 
     async def _build(self, job: BuildJob) -> None:
         coll = job.coll
