@@ -164,6 +164,26 @@ async def built(store: Any) -> None:
         await asyncio.sleep(1)
 
 
+class Served:
+    """The store's process watched, and searched at ``--rate``, from start to :meth:`stop`."""
+
+    def __init__(self, store: Any, data: Data, args: argparse.Namespace) -> None:
+        self.watch, self.rows, self._stop = Watch(store, store._process.pid), [], asyncio.Event()
+        self._tasks = [asyncio.create_task(self.watch.run(self._stop)),
+                       asyncio.create_task(searches(store, data, self.watch, args.rate, self._stop, self.rows))]
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+
+    def figures(self) -> dict[str, Any]:
+        """What both runs report of the searches and the processes' memory."""
+        return {"builder_peak_mib": round(self.watch.builder_peak_kib / 1024),
+                "together_peak_mib": round(self.watch.together_peak_kib / 1024),
+                "searches": summary(self.rows), "timeline": self.watch.timeline,
+                "slowest": sorted(self.rows, key=lambda r: -r["ms"])[:50]}
+
+
 async def open_served(root: Path, args: argparse.Namespace) -> Any:
     from service.store.proxy import ProcessStore
 
@@ -176,11 +196,9 @@ async def served(data: Data, root: Path, args: argparse.Namespace) -> dict[str, 
     from service.sparse.config import SparseConfig
 
     store = await open_served(root, args)
-    pid = store._process.pid
     await store.create_collection(COLLECTION, dimensions=data.dim, model="bench", sparse=SparseConfig())
-    watch, stop, rows = Watch(store, pid), asyncio.Event(), []
-    tasks = [asyncio.create_task(watch.run(stop)),
-             asyncio.create_task(searches(store, data, watch, args.rate, stop, rows))]
+    watched = Served(store, data, args)
+    watch = watched.watch
     started = time.perf_counter()
     for start in range(0, data.n, BATCH):
         end = min(start + BATCH, data.n)
@@ -199,38 +217,28 @@ async def served(data: Data, root: Path, args: argparse.Namespace) -> dict[str, 
     indexed_s, tail_s = time.perf_counter() - started, time.perf_counter() - tail_started
     await asyncio.sleep(args.idle_s)  # searches of the indexed collection, still served: the idle figures
     update = [await one_build(store, data, watch, args, c) for c in range(args.cycles)]
-    stop.set()
-    await asyncio.gather(*tasks)
+    await watched.stop()
     final = await store.get_collection(COLLECTION)
-    store_peak_kib = vm_kib(pid, "VmHWM")
+    store_peak_kib = vm_kib(watch.pid, "VmHWM")
     await store.aclose()
     return {"load_s": round(load_s, 1), "load_points_s": round(data.n / load_s), "tail_build_s": round(tail_s, 1), "indexed_after_s": round(indexed_s, 1),
             "final": {"points": final.points, "indexed": final.index.indexed, "unindexed": final.index.unindexed,
                       "last_seconds": final.index.last_seconds},
-            "store_peak_mib": round(store_peak_kib / 1024), "builder_peak_mib": round(watch.builder_peak_kib / 1024),
-            "together_peak_mib": round(watch.together_peak_kib / 1024),
-            "searches": summary(rows), "one_build": update and {"cycles": update, **against_idle(rows)},
-            "timeline": watch.timeline,
-            "slowest": sorted(rows, key=lambda r: -r["ms"])[:50]}
+            "store_peak_mib": round(store_peak_kib / 1024), **watched.figures(),
+            "one_build": update and {"cycles": update, **against_idle(watched.rows)}}
 
 
 async def reserved(data: Data, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     """``--reuse``: the folder an earlier run left, indexed, served again: ``--idle-s`` of searches, then
     ``--cycles`` of :func:`one_build`."""
     store = await open_served(root, args)
-    watch, stop, rows = Watch(store, store._process.pid), asyncio.Event(), []
-    watch.loaded, watch.stage = True, "reopened"
-    tasks = [asyncio.create_task(watch.run(stop)),
-             asyncio.create_task(searches(store, data, watch, args.rate, stop, rows))]
+    watched = Served(store, data, args)
+    watched.watch.loaded, watched.watch.stage = True, "reopened"
     await asyncio.sleep(args.idle_s)
-    cycles = [await one_build(store, data, watch, args, c) for c in range(args.cycles)]
-    stop.set()
-    await asyncio.gather(*tasks)
+    cycles = [await one_build(store, data, watched.watch, args, c) for c in range(args.cycles)]
+    await watched.stop()
     await store.aclose()
-    return {"reused": str(root), "cycles": cycles, "searches": summary(rows), **against_idle(rows),
-            "builder_peak_mib": round(watch.builder_peak_kib / 1024),
-            "together_peak_mib": round(watch.together_peak_kib / 1024), "timeline": watch.timeline,
-            "slowest": sorted(rows, key=lambda r: -r["ms"])[:50]}
+    return {"reused": str(root), "cycles": cycles, **against_idle(watched.rows), **watched.figures()}
 
 
 def update_chunk(data: Data, i: int, cycle: int) -> Any:
@@ -347,18 +355,15 @@ def main() -> None:
               "max_unindexed": args.max_unindexed, "segment_mb": args.segment_mb,
               "rate": args.rate, "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()[0]}
     if args.reuse:
-        result["reserved"] = r = asyncio.run(reserved(data, args.reuse, args))
-        print(json.dumps({k: v for k, v in r.items() if k not in ("timeline", "slowest")}, indent=1))
-        if args.json:
-            args.json.write_text(json.dumps(result, indent=1))
-        return
-    exact = exact_top(data, args.queries)
-    result["served"] = asyncio.run(served(data, root, args))
-    result["after"] = asyncio.run(after(data, root, args, exact))
+        result["reserved"] = s = asyncio.run(reserved(data, args.reuse, args))
+        print(json.dumps({k: v for k, v in s.items() if k not in ("timeline", "slowest")}, indent=1))
+    else:
+        exact = exact_top(data, args.queries)
+        result["served"] = s = asyncio.run(served(data, root, args))
+        result["after"] = asyncio.run(after(data, root, args, exact))
+        print(json.dumps({k: v for k, v in s.items() if k not in ("timeline", "slowest")}, indent=1))
+        print(json.dumps(result["after"], indent=1))
     result["loadavg_end"] = os.getloadavg()[0]
-    s, a = result["served"], result["after"]
-    print(json.dumps({k: v for k, v in s.items() if k not in ("timeline", "slowest")}, indent=1))
-    print(json.dumps(a, indent=1))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 
