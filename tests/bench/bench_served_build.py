@@ -3,8 +3,8 @@ serve`` runs it) with searches running, indexed by background builds, and search
 
     python -m tests.bench.bench_served_build [--size 100000] [--dims 1024] [--threshold 20000] [--rate 4]
         [--queries 100] [--hnsw-ef 512] [--after-ef 256,768] [--max-unindexed 100000] [--segment-mb 2048]
-        [--idle-s 60] [--cycles 1] [--trickle 100] [--reuse STORE_DIR] [--scifact ../shared/data/scifact]
-        [--workdir DIR] [--json out.json]
+        [--idle-s 60] [--cycles 1] [--trickle 100] [--memory-limit-mib 0] [--reuse STORE_DIR]
+        [--scifact ../shared/data/scifact] [--workdir DIR] [--json out.json]
 
 Data: ``tests/bench/bench_store.py``'s synthetic set with its defaults and seed (Gaussian clusters plus as much
 noise, BM25-shaped sparse vectors), ``--dims`` wide; cached under ``--workdir``. The vectors are precomputed and
@@ -21,10 +21,11 @@ Then ``--cycles`` builds of a served, indexed collection, each against the same 
 own cost to searches, apart from the exact scan of points not yet indexed that any idle store pays too.
 ``--reuse DIR`` runs only those cycles, on the store folder an earlier run left.
 
-After: the store process's peak RSS (and every builder's, sampled each second), then the folder reopened in this
-process as ``EdgeStore`` and measured as ``bench_store`` measures (``run_queries``: concurrency 1, CPU time of
-this process per call), and dense recall@10 against numpy's exact top-10 (at ``--hnsw-ef``, and dense alone at
-each ``--after-ef``).
+After: the store process's peak RSS (and every builder's, sampled each second, with the part of it that is not
+pages of mapped files, ``RssAnon``), with ``--memory-limit-mib`` the peak charge of the memory cgroup they ran
+in; then the folder reopened in this process as ``EdgeStore`` and measured as ``bench_store`` measures
+(``run_queries``: concurrency 1, CPU time of this process per call), and dense recall@10 against numpy's exact
+top-10 (at ``--hnsw-ef``, and dense alone at each ``--after-ef``).
 
 ``--scifact``: SciFact's 5,183 abstracts as all-MiniLM-L6-v2 vectors (384 dimensions, embedded once and cached as
 ``bench_store`` does) and their BM25 vectors, with its test queries: recall on real vectors, where the synthetic
@@ -59,6 +60,36 @@ def vm_kib(pid: int, field: str) -> int:
     except OSError:
         pass
     return 0
+
+
+def memory_cgroup(pid: int, limit_mib: int) -> Path:
+    """A memory cgroup of ``limit_mib`` for ``pid`` and the builders it starts (root only; cgroup v2, or v1's
+    memory controller), as a container's memory limit would hold the store: the kernel then reclaims the pages of
+    mapped files that VmRSS counts (the vectors, the builder's segments) before the cgroup's own memory runs out,
+    and only memory it cannot reclaim would end in the OOM killer."""
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+    if v2.exists() and "memory" in v2.read_text().split():
+        group, limit = v2.parent / f"ragserve-bench-{pid}", "memory.max"
+    else:
+        group, limit = Path("/sys/fs/cgroup/memory") / f"ragserve-bench-{pid}", "memory.limit_in_bytes"
+    group.mkdir()
+    (group / limit).write_text(str(limit_mib << 20))
+    (group / "cgroup.procs").write_text(str(pid))
+    return group
+
+
+def cgroup_figures(group: Path) -> dict[str, Any]:
+    """The cgroup's peak charge (every page it was charged for: anon, mapped and cached files) and its OOM kills."""
+    def read(*names: str) -> str:
+        for name in names:
+            if (group / name).exists():
+                return (group / name).read_text()
+        return ""
+    peak = read("memory.peak", "memory.max_usage_in_bytes").strip()
+    events = dict(line.split()[:2] for line in (read("memory.events") or read("memory.oom_control")).splitlines()
+                  if len(line.split()) >= 2)
+    return {"cgroup": str(group), "charged_peak_mib": round(int(peak or 0) / 2**20),
+            "oom_kills": int(events.get("oom_kill", 0))}
 
 
 def children(pid: int) -> list[int]:
@@ -98,6 +129,9 @@ class Watch:
         self.builder_peak_kib = 0
         self.together_peak_kib = 0
         """The store's process and its builder together, VmRSS sampled each second (the HWMs are per process)."""
+        self.anon_peak_kib = {"store": 0, "builder": 0, "together": 0}
+        """RssAnon, the same way: the part of VmRSS that is not pages of mapped files, so (with no swap) the part
+        that the kernel cannot reclaim."""
         self.started = time.monotonic()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -108,12 +142,15 @@ class Watch:
             self.timeline.append({"t": round(time.monotonic() - self.started, 1), "points": info.points,
                                   "indexed": index.indexed, "unindexed": index.unindexed, "build": index.build,
                                   "phase": index.phase})
-            together = vm_kib(self.pid, "VmRSS")
+            together, anon = vm_kib(self.pid, "VmRSS"), {"store": vm_kib(self.pid, "RssAnon"), "builder": 0}
             for child in children(self.pid):
                 self.builder_peak_kib = max(self.builder_peak_kib, vm_kib(child, "VmHWM"))
                 together += vm_kib(child, "VmRSS")
+                anon["builder"] += vm_kib(child, "RssAnon")
+            anon["together"] = anon["store"] + anon["builder"]
             self.together_peak_kib = max(self.together_peak_kib, together)
-            self.timeline[-1]["rss_mib"] = round(together / 1024)
+            self.anon_peak_kib = {k: max(v, anon[k]) for k, v in self.anon_peak_kib.items()}
+            self.timeline[-1].update(rss_mib=round(together / 1024), anon_mib=round(anon["together"] / 1024))
             try:
                 await asyncio.wait_for(stop.wait(), 1.0)
             except TimeoutError:
@@ -168,7 +205,7 @@ class Served:
     """The store's process watched, and searched at ``--rate``, from start to :meth:`stop`."""
 
     def __init__(self, store: Any, data: Data, args: argparse.Namespace) -> None:
-        self.watch, self.rows, self._stop = Watch(store, store._process.pid), [], asyncio.Event()
+        self.watch, self.rows, self._stop, self._args = Watch(store, store._process.pid), [], asyncio.Event(), args
         self._tasks = [asyncio.create_task(self.watch.run(self._stop)),
                        asyncio.create_task(searches(store, data, self.watch, args.rate, self._stop, self.rows))]
 
@@ -178,8 +215,11 @@ class Served:
 
     def figures(self) -> dict[str, Any]:
         """What both runs report of the searches and the processes' memory."""
-        return {"builder_peak_mib": round(self.watch.builder_peak_kib / 1024),
+        cgroup = getattr(self._args, "cgroup", None)
+        return {**({"memory_limit": cgroup_figures(cgroup)} if cgroup else {}),
+                "builder_peak_mib": round(self.watch.builder_peak_kib / 1024),
                 "together_peak_mib": round(self.watch.together_peak_kib / 1024),
+                "anon_peak_mib": {k: round(v / 1024) for k, v in self.watch.anon_peak_kib.items()},
                 "searches": summary(self.rows), "timeline": self.watch.timeline,
                 "slowest": sorted(self.rows, key=lambda r: -r["ms"])[:50]}
 
@@ -187,9 +227,12 @@ class Served:
 async def open_served(root: Path, args: argparse.Namespace) -> Any:
     from service.store.proxy import ProcessStore
 
-    return await ProcessStore.open(root, background_build=True, build_threshold=args.threshold,
-                                   hnsw_ef=args.hnsw_ef, timeout_s=3600, build_max_unindexed=args.max_unindexed,
-                                   build_segment_kb=args.segment_mb << 10)
+    store = await ProcessStore.open(root, background_build=True, build_threshold=args.threshold,
+                                    hnsw_ef=args.hnsw_ef, timeout_s=3600, build_max_unindexed=args.max_unindexed,
+                                    build_segment_kb=args.segment_mb << 10)
+    if args.memory_limit_mib:
+        args.cgroup = memory_cgroup(store._process.pid, args.memory_limit_mib)
+    return store
 
 
 async def served(data: Data, root: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -330,6 +373,8 @@ def main() -> None:
                         help="then this many builds of a threshold of new points, each against the collection idle")
     parser.add_argument("--reuse", type=Path, default=None,
                         help="the store folder of an earlier run (same data): serve it again for --cycles builds only")
+    parser.add_argument("--memory-limit-mib", type=int, default=0,
+                        help="serve the store's process and its builders in a memory cgroup of this size (root)")
     parser.add_argument("--trickle", type=float, default=100.0, help="points/s written during that build")
     parser.add_argument("--hnsw-ef", type=int, default=512)
     parser.add_argument("--seed", type=int, default=20261201)
