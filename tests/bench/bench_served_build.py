@@ -205,7 +205,8 @@ class Served:
     """The store's process watched, and searched at ``--rate``, from start to :meth:`stop`."""
 
     def __init__(self, store: Any, data: Data, args: argparse.Namespace) -> None:
-        self.watch, self.rows, self._stop, self._args = Watch(store, store._process.pid), [], asyncio.Event(), args
+        self.watch, self.rows, self._stop = Watch(store, store._process.pid), [], asyncio.Event()
+        self.cgroup = memory_cgroup(self.watch.pid, args.memory_limit_mib) if args.memory_limit_mib else None
         self._tasks = [asyncio.create_task(self.watch.run(self._stop)),
                        asyncio.create_task(searches(store, data, self.watch, args.rate, self._stop, self.rows))]
 
@@ -215,8 +216,7 @@ class Served:
 
     def figures(self) -> dict[str, Any]:
         """What both runs report of the searches and the processes' memory."""
-        cgroup = getattr(self._args, "cgroup", None)
-        return {**({"memory_limit": cgroup_figures(cgroup)} if cgroup else {}),
+        return {**({"memory_limit": cgroup_figures(self.cgroup)} if self.cgroup else {}),
                 "builder_peak_mib": round(self.watch.builder_peak_kib / 1024),
                 "together_peak_mib": round(self.watch.together_peak_kib / 1024),
                 "anon_peak_mib": {k: round(v / 1024) for k, v in self.watch.anon_peak_kib.items()},
@@ -227,12 +227,9 @@ class Served:
 async def open_served(root: Path, args: argparse.Namespace) -> Any:
     from service.store.proxy import ProcessStore
 
-    store = await ProcessStore.open(root, background_build=True, build_threshold=args.threshold,
-                                    hnsw_ef=args.hnsw_ef, timeout_s=3600, build_max_unindexed=args.max_unindexed,
-                                    build_segment_kb=args.segment_mb << 10)
-    if args.memory_limit_mib:
-        args.cgroup = memory_cgroup(store._process.pid, args.memory_limit_mib)
-    return store
+    return await ProcessStore.open(root, background_build=True, build_threshold=args.threshold,
+                                   hnsw_ef=args.hnsw_ef, timeout_s=3600, build_max_unindexed=args.max_unindexed,
+                                   build_segment_kb=args.segment_mb << 10)
 
 
 async def served(data: Data, root: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -401,12 +398,12 @@ def main() -> None:
               "rate": args.rate, "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()[0]}
     if args.reuse:
         result["reserved"] = s = asyncio.run(reserved(data, args.reuse, args))
-        print(json.dumps({k: v for k, v in s.items() if k not in ("timeline", "slowest")}, indent=1))
     else:
         exact = exact_top(data, args.queries)
         result["served"] = s = asyncio.run(served(data, root, args))
         result["after"] = asyncio.run(after(data, root, args, exact))
-        print(json.dumps({k: v for k, v in s.items() if k not in ("timeline", "slowest")}, indent=1))
+    print(json.dumps({k: v for k, v in s.items() if k not in ("timeline", "slowest")}, indent=1))
+    if "after" in result:
         print(json.dumps(result["after"], indent=1))
     result["loadavg_end"] = os.getloadavg()[0]
     if args.json:
