@@ -113,24 +113,24 @@ def cmd_keys_hash(args: argparse.Namespace) -> None:
 
 
 def cmd_optimize(args: argparse.Namespace) -> None:
-    """Build HNSW (or, with --int8, the int8 quantization) for a collection of the embedded store, in this
-    process, while nothing else has it open."""
+    """Build HNSW (or, with --int8 or --hnsw-int8, the int8 quantization) for a collection of the embedded
+    store, in this process, while nothing else has it open."""
     from service.store.edge_optimize import optimize_collection
     from service.store.errors import CollectionNotFound
 
     if args.online:
         from service.cli.client import cmd_optimize_online
 
-        if args.int8:
-            raise SystemExit("ragserve: --int8 is for the offline optimize (the store closed); a running service's "
-                             "builds follow the collection's quantization")
+        if args.quantization:
+            raise SystemExit(f"ragserve: --{args.quantization} is for the offline optimize (the store closed); a "
+                             "running service's builds follow the collection's quantization")
         cmd_optimize_online(args)
         return
     settings = settings_of(args)
     if settings.qdrant.url:
         raise SystemExit("ragserve optimize is for the embedded store; a Qdrant server optimizes by itself")
     try:
-        optimize_collection(settings.qdrant_path, args.collection, int8=args.int8)
+        optimize_collection(settings.qdrant_path, args.collection, quantization=args.quantization)
     except CollectionNotFound as exc:
         raise SystemExit(f"ragserve: {exc.message} in {settings.qdrant_path}") from None
 
@@ -233,13 +233,17 @@ def add_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def add_optimize(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("optimize", help="build the HNSW index of an embedded-store collection, or with --int8 its "
-                       "int8 quantization (store closed)")
+    p = sub.add_parser("optimize", help="build the HNSW index of an embedded-store collection, or with --int8 or "
+                       "--hnsw-int8 its int8 quantization (store closed)")
     p.add_argument("collection")
-    p.add_argument("--int8", action="store_true",
-                   help="int8 scalar quantization instead of HNSW: a full scan over int8 copies of the vectors, "
-                        "rescored with the float ones (2.8x less CPU than exact search at 100k x 1024; "
-                        "docs/store-benchmark.md); the collection stays int8 for later optimizes")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--int8", dest="quantization", action="store_const", const="int8",
+                      help="int8 scalar quantization instead of HNSW: a full scan over int8 copies of the vectors, "
+                           "rescored with the float ones (2.8x less CPU than exact search at 100k x 1024; "
+                           "docs/store-benchmark.md); the collection stays quantized for later optimizes")
+    mode.add_argument("--hnsw-int8", dest="quantization", action="store_const", const="hnsw-int8",
+                      help="int8 scalar quantization and an HNSW graph over it, its candidates rescored with the "
+                           "float vectors (docs/store-benchmark.md); the collection stays quantized")
     p.add_argument("--data-dir", type=Path, default=None)
     p.add_argument("--online", action="store_true",
                    help="ask the running API to build it in the background while it serves (an admin key), and wait "

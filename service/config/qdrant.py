@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
@@ -63,6 +64,13 @@ class QdrantSettings(BaseModel):
         2.0, ge=1.0, description="Embedded store, collections quantized by `ragserve optimize --int8`: a dense search "
         "takes this many times its limit from the int8 scan and rescores them with the float vectors (1 rescores "
         "only the int8 top-k: recall@10 0.94 at 100k x 1024 against 1.000 with 2; docs/store-benchmark.md).",
+    )
+    edge_quantization: Literal["none", "int8", "hnsw-int8"] = Field(
+        "none", description="Embedded store: what a collection created from now on builds (a collection keeps what "
+        "it was created with). none: an HNSW graph over the float vectors. hnsw-int8: int8 copies of the vectors "
+        "and an HNSW graph over them, built and walked on int8 distances, its candidates rescored with the float "
+        "vectors (int8_oversampling): faster to build and to search than the float graph (docs/store-benchmark.md). "
+        "int8: the int8 copies with no graph, a full scan over them (as `ragserve optimize --int8`).",
     )
     edge_min_free_mb: int = Field(
         64, ge=0, description="Embedded store: free space kept on the data disk; a write that would go below it is "

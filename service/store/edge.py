@@ -88,7 +88,7 @@ from service.store.errors import (
 from service.store.layout import ENGINE, MARKER, engine_version, lock_store
 from service.store.types import (
     DENSE,
-    INT8,
+    QUANTIZATIONS,
     SPARSE,
     Chunk,
     CollectionInfo,
@@ -109,21 +109,25 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,63}$")
 
 class EdgeStore(VectorStore):
     backend = "edge"
-    quantizations = frozenset({INT8})
+    quantizations = QUANTIZATIONS
 
     def __init__(self, root: Path, *, max_concurrency: int = 8, timeout_s: float = 10.0, threads: int = 2,
                  search_threads: int = 0, write_batch: int = 128, hnsw_ef: int = 512, int8_oversampling: float = 2.0,
                  min_free_bytes: int = 64 << 20, inline: bool = False, background_build: bool = False,
                  build_threshold: int = 20_000, build_nice: int = 10, build_hold: str | None = None,
                  build_overrides: dict[str, dict[str, Any]] | None = None, build_max_unindexed: int = 100_000,
-                 build_segment_kb: int = 2048 << 10) -> None:
+                 build_segment_kb: int = 2048 << 10, quantization: str | None = None) -> None:
         """Use :meth:`open` (it takes the folder's lock and loads every collection). ``search_threads``: the
         engine's search pool per collection, 0 for :func:`search_pool_size`'s rule. ``background_build``: index a
         collection in the background once ``build_threshold`` of its points are unindexed, both overridden per
         collection by ``build_overrides`` (``{name: {"enabled": bool, "threshold": int}}``); while a build runs
         with ``build_max_unindexed`` points unindexed (0: never), writes wait for its swap; a build makes segments
         of at most ``build_segment_kb`` of dense vectors
-        (:mod:`service.store.edge_background`; ``build_hold`` is for tests only)."""
+        (:mod:`service.store.edge_background`; ``build_hold`` is for tests only). ``quantization``: what a
+        collection created from now on records (one of :attr:`quantizations`, or ``None`` for float HNSW)."""
+        if quantization is not None and quantization not in self.quantizations:
+            raise ValueError(f"unknown quantization {quantization!r}")
+        self._quantization = quantization
         self.root = root
         self._search_threads = search_threads or search_pool_size()
         self._inline = inline
@@ -133,8 +137,8 @@ class EdgeStore(VectorStore):
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="qdrant-edge")
         self._write_batch = write_batch
         self._params = qe.SearchParams(hnsw_ef=hnsw_ef)
-        # A collection quantized by ``ragserve optimize --int8``: without oversampling, rescoring only re-orders
-        # the int8 top-k (recall@10 0.94 at 100k x 1024); with 2, the float vectors rescore twice as many.
+        # A quantized collection: without oversampling, rescoring only re-orders the int8 top-k (recall@10 0.94 at
+        # 100k x 1024, full scan); with 2, the float vectors rescore twice as many.
         self._int8_params = qe.SearchParams(
             hnsw_ef=hnsw_ef, quantization=qe.QuantizationSearchParams(rescore=True, oversampling=int8_oversampling))
         self._sparse_params = _idf_params(None)
@@ -327,7 +331,8 @@ class EdgeStore(VectorStore):
         async with self._create_lock:
             if name in self._collections:
                 raise CollectionExists(name)
-            info = CollectionInfo(name, dimensions, 0, model, dict(filter_fields or {}), sparse)
+            info = CollectionInfo(name, dimensions, 0, model, dict(filter_fields or {}), sparse,
+                                  quantization=self._quantization)
             folder = self.root / "collections" / name
             self.check_space(NEW_SHARD_BYTES)
             shard = await self._run(None, lambda: _create_shard(folder, info, self._search_threads))
@@ -465,7 +470,7 @@ class EdgeStore(VectorStore):
         coll = self._get(name)
         flt = to_edge(query_filter) if query_filter is not None else None
         sparse_params = self._sparse_params if idf_corpus is None else _idf_params(idf_corpus)
-        dense_params = self._int8_params if coll.info.quantization == INT8 else self._params
+        dense_params = self._int8_params if coll.info.quantization in QUANTIZATIONS else self._params
         request = self._request(dense, sparse, limit, flt, fusion, dense_params, sparse_params)
         return lambda: coll.shard.query(request)
 
@@ -550,7 +555,8 @@ class EdgeStore(VectorStore):
     async def set_quantization(self, name: str, quantization: str) -> CollectionInfo:
         """Recorded in ``collection.json``, as ``ragserve optimize --int8`` records it before it quantizes: from
         now on dense searches oversample and rescore (exact over segments not yet quantized, so harmless), and
-        every build of the collection (in the background, or ``ragserve optimize``) builds its int8 copy. The copy
+        every build of the collection (in the background, or ``ragserve optimize``) builds its int8 copy (and the
+        graph over it for ``hnsw-int8``). The copy
         itself is never built in this process: that holds the engine (and the GIL) for seconds to minutes, which no
         serving process may do."""
         if quantization not in self.quantizations:

@@ -60,7 +60,7 @@ from service.store.edge_shard import _Collection, _config, _tenant_index, collec
 from service.store.edge_space import WRITE_COPIES, _allocated_bytes, check_free_space
 from service.store.errors import StoreFull
 from service.store.files import copy_sparse
-from service.store.types import INT8, SPARSE, IndexStatus
+from service.store.types import SPARSE, IndexStatus
 
 log = logging.getLogger("ragserve.store")
 T = TypeVar("T")
@@ -121,7 +121,7 @@ class BuildGivenUp(Exception):
 class BuildJob:
     coll: _Collection
     folder: Path
-    int8: bool
+    quantization: str | None
     touched: set[str] = field(default_factory=set)
     phase: str = "copying"
     given_up: str | None = None
@@ -300,7 +300,7 @@ class Builds:
         n = next(self._numbers)
         while (coll.folder / f"{BUILD_PREFIX}{n}").exists():
             n = next(self._numbers)
-        job = BuildJob(coll, coll.folder / f"{BUILD_PREFIX}{n}", coll.info.quantization == INT8,
+        job = BuildJob(coll, coll.folder / f"{BUILD_PREFIX}{n}", coll.info.quantization,
                        started=self._clock(), started_at=_now())
         self._jobs[coll.info.name] = job
         job.task = asyncio.get_running_loop().create_task(self._build(job))
@@ -383,7 +383,7 @@ class Builds:
     def _check(self, job: BuildJob) -> None:
         if job.coll.closed:
             raise BuildGivenUp("the collection was deleted")
-        if (job.coll.info.quantization == INT8) != job.int8:
+        if job.coll.info.quantization != job.quantization:
             job.given_up = job.given_up or "the collection's quantization changed during the build"
         if job.given_up:
             raise BuildGivenUp(job.given_up)
@@ -406,7 +406,7 @@ class Builds:
     async def _run_builder(self, job: BuildJob) -> str:
         job.phase = "building"
         info = job.coll.info
-        spec = build_spec(info.dimensions, info.sparse is not None, job.int8, self._nice, self._segment_kb)
+        spec = build_spec(info.dimensions, info.sparse is not None, job.quantization, self._nice, self._segment_kb)
         job.process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "service.store.edge_build", str(job.folder), json.dumps(spec),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)

@@ -1,7 +1,7 @@
 """The builder process of a background index build: ``python -m service.store.edge_build FOLDER SPEC_JSON``.
 
 It loads the copy of a live shard that the store made (:mod:`service.store.edge_background`), builds its index
-as ``ragserve optimize`` would (HNSW, or the int8 copy for an int8 collection: the same optimizer config), flushes,
+as ``ragserve optimize`` would (HNSW, or what the collection's quantization asks: the same optimizer config), flushes,
 closes, and prints one JSON line saying what it built. The engine holds the GIL for the whole ``optimize``, which
 is why it runs here and never in the store's process; it runs niced, so the serving process keeps the cores it
 needs. Exit status 0 means the copy is built and closed; anything else (an error, a signal) means the store
@@ -21,14 +21,14 @@ import qdrant_edge as qe
 
 from service.store.edge_optimize import INDEXING_THRESHOLD_KB, _dense_indexed
 from service.store.edge_shard import _config
-from service.store.types import INT8
 
 PR_SET_PDEATHSIG = 1
 
 
-def build_spec(dimensions: int, sparse: bool, int8: bool, nice: int, segment_kb: int) -> dict[str, Any]:
+def build_spec(dimensions: int, sparse: bool, quantization: str | None, nice: int, segment_kb: int) -> dict[str, Any]:
     """What the builder is told on its command line."""
-    return {"dimensions": dimensions, "sparse": sparse, "int8": int8, "nice": nice, "segment_kb": segment_kb}
+    return {"dimensions": dimensions, "sparse": sparse, "quantization": quantization, "nice": nice,
+            "segment_kb": segment_kb}
 
 
 def build(folder: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -41,7 +41,7 @@ def build(folder: str, spec: dict[str, Any]) -> dict[str, Any]:
     every_segment = qe.EdgeOptimizersConfig(indexing_threshold=INDEXING_THRESHOLD_KB,
                                             max_segment_size=int(spec["segment_kb"]))
     shard = qe.EdgeShard.load(folder, _config(int(spec["dimensions"]), bool(spec["sparse"]), every_segment,
-                                              int8=bool(spec["int8"])))
+                                              quantization=spec["quantization"]))
     try:
         shard.optimize()
         shard.flush()
@@ -49,7 +49,7 @@ def build(folder: str, spec: dict[str, Any]) -> dict[str, Any]:
         indexed = _dense_indexed(shard, info.indexed_vectors_count, info.points_count, bool(spec["sparse"]))
     finally:
         shard.close()
-    return {"built": INT8 if spec["int8"] else "hnsw", "points": info.points_count, "indexed": indexed}
+    return {"built": spec["quantization"] or "hnsw", "points": info.points_count, "indexed": indexed}
 
 
 def die_with_parent() -> None:

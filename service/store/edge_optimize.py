@@ -14,7 +14,7 @@ from service.store.atomic import write_json as _write_json
 from service.store.edge_shard import _config
 from service.store.errors import CollectionNotFound
 from service.store.layout import lock_store
-from service.store.types import INT8, SPARSE
+from service.store.types import HNSW_INT8, INT8, QUANTIZATIONS, SPARSE
 
 INDEXING_THRESHOLD_KB = 1
 """The engine's indexing threshold as ``optimize_collection`` sets it: a segment is indexed (HNSW) or quantized
@@ -32,14 +32,30 @@ INT8_FLOATS_PER_S = 7.5e6
 1.0 s at 10k x 1024."""
 
 
-def optimize_collection(root: Path, name: str, *, int8: bool = False,
+HNSW_INT8_FLOATS_PER_S = 3 * HNSW_FLOATS_PER_S
+"""The graph over int8 copies, which the engine builds on int8 distances: 12.7 s against 37.7 for the float graph
+at 100k x 1024 (docs/store-benchmark.md)."""
+
+
+MODES: dict[str | None, tuple[str, float, str]] = {
+    None: ("HNSW graph", HNSW_FLOATS_PER_S, "in HNSW segments"),
+    INT8: ("int8 scalar quantization, a full scan without a graph", INT8_FLOATS_PER_S, "int8-quantized"),
+    HNSW_INT8: ("int8 scalar quantization and an HNSW graph over it", HNSW_INT8_FLOATS_PER_S,
+                "int8-quantized in HNSW segments"),
+}
+"""What an optimize builds, by quantization: its name, its speed (floats a second), what the points are after."""
+
+
+def optimize_collection(root: Path, name: str, *, quantization: str | None = None,
                         progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Optimize one collection, in this process, with the store's lock held (never while serving: the engine
-    holds the GIL throughout): build its HNSW graph, or with ``int8`` (or once the collection is int8) quantize
-    its dense vectors to int8 for full scans, record that in ``collection.json``, and from then on the store's
-    dense searches on it oversample and rescore. The engine cannot drop a quantization once set, so a collection
-    stays int8; segments built before converge to the config (an HNSW collection switched to int8 loses its
-    graph). Points written afterwards go to an appendable segment, searched exactly until the next optimize."""
+    holds the GIL throughout): build its HNSW graph, or with a ``quantization`` (or once the collection has one)
+    quantize its dense vectors to int8, with no graph (``int8``: full scans) or a graph over them
+    (``hnsw-int8``), record that in ``collection.json``, and from then on the store's dense searches on it
+    oversample and rescore. The engine cannot drop a quantization once set, so a collection stays quantized
+    (one mode may be switched for the other); segments built before converge to the config (an HNSW collection
+    switched to int8 loses its graph). Points written afterwards go to an appendable segment, searched exactly
+    until the next optimize."""
     import time
 
     lock = lock_store(root)
@@ -49,24 +65,25 @@ def optimize_collection(root: Path, name: str, *, int8: bool = False,
             raise CollectionNotFound(name)
         meta = json.loads((folder / "collection.json").read_text())
         dims, has_sparse = int(meta["dimensions"]), bool(meta.get("sparse"))
-        if meta.get("quantization") == INT8 and not int8:
-            int8 = True
-            progress(f"{name!r} is int8-quantized (its collection.json says so: `ragserve optimize {name} --int8`, "
-                     "or an import of an int8 collection, recorded it), and stays so: the engine cannot remove a "
-                     "quantization, and an HNSW graph over int8 vectors was never measured here. For HNSW without "
-                     "int8, index into a new collection.")
-        if int8 and meta.get("quantization") != INT8:
+        recorded = meta.get("quantization")
+        if recorded in QUANTIZATIONS and quantization is None:
+            quantization = recorded
+            progress(f"{name!r} is {recorded}-quantized (its collection.json says so: `ragserve optimize` with "
+                     f"--{recorded}, an import of such a collection, or RAGSERVE_QDRANT__EDGE_QUANTIZATION at its "
+                     "creation recorded it), and stays quantized: the engine cannot remove a quantization. "
+                     "For float HNSW, index into a new collection.")
+        if quantization is not None and recorded != quantization:
             # Recorded before the shard's config changes: a collection.json that says int8 over a shard not yet
             # quantized only oversamples exact searches (harmless); the other way round would lose recall.
-            meta["quantization"] = INT8
+            meta["quantization"] = quantization
             _write_json(folder / "collection.json", meta)
         every_segment = qe.EdgeOptimizersConfig(indexing_threshold=INDEXING_THRESHOLD_KB)
         shard = qe.EdgeShard.load(str(folder / str(meta.get("shard") or "shard")),
-                                  _config(dims, has_sparse, every_segment, int8=int8))
+                                  _config(dims, has_sparse, every_segment, quantization=quantization))
         try:
             points = shard.info().points_count
-            what = "int8 scalar quantization, a full scan without a graph" if int8 else "HNSW graph"
-            estimate = points * dims / (INT8_FLOATS_PER_S if int8 else HNSW_FLOATS_PER_S)
+            what, rate, done = MODES[quantization]
+            estimate = points * dims / rate
             progress(f"optimizing {name!r} ({what}): {points} points, {dims} dims; about {max(1, round(estimate))}s "
                      "(the store must stay closed meanwhile)")
             started = time.perf_counter()
@@ -78,7 +95,6 @@ def optimize_collection(root: Path, name: str, *, int8: bool = False,
             dense = _dense_indexed(shard, info.indexed_vectors_count, points, has_sparse)
         finally:
             shard.close()
-        done = "int8-quantized" if int8 else "in HNSW segments"
         if changed:
             line = f"done in {took:.1f}s: {dense} of {points} points' dense vectors are {done} " \
                    f"({info.segments_count} segment(s))"
@@ -92,10 +108,10 @@ def optimize_collection(root: Path, name: str, *, int8: bool = False,
             line = (f"nothing built: the engine indexes a segment only above {INDEXING_THRESHOLD_KB} KB of "
                     f"vectors, and the {points - dense} point(s) not yet indexed are below it; searches over "
                     "them stay exact")
-        if int8:
+        if quantization is not None:
             line += "; dense searches oversample by RAGSERVE_QDRANT__INT8_OVERSAMPLING (default 2) and rescore"
         progress(line)
-        return {"mode": INT8 if int8 else "hnsw", "points": points, "seconds": took, "changed": changed,
+        return {"mode": quantization or "hnsw", "points": points, "seconds": took, "changed": changed,
                 "indexed": dense, "segments": info.segments_count}
     finally:
         lock.close()

@@ -17,7 +17,10 @@ from service.store.atomic import write_json as _write_json
 from service.store.edge_convert import to_edge
 from service.store.types import (
     DENSE,
+    HNSW_INT8,
+    INT8,
     INTERNAL_INDEXES,
+    QUANTIZATIONS,
     SPARSE,
     TENANT,
     Chunk,
@@ -109,23 +112,36 @@ def search_pool_size(cores: int | None = None) -> int:
 
 
 def _config(dimensions: int, sparse: bool, optimizers: qe.EdgeOptimizersConfig | None = None, *,
-            int8: bool = False, search_threads: int | None = None) -> qe.EdgeConfig:
-    """The shard's config. On a load, what is left ``None`` keeps what the shard has stored (so a collection once
-    set to int8 stays int8); ``int8`` sets scalar quantization, its int8 copy kept in RAM, with ``m=0``: no HNSW
-    graph, so ``optimize`` builds only the quantized copy and a dense search is a full scan over it, rescored with
-    the float vectors (the variant measured in docs/store-benchmark.md).
+            quantization: str | None = None, search_threads: int | None = None) -> qe.EdgeConfig:
+    """The shard's config. On a load, what is left ``None`` keeps what the shard has stored (so a quantized
+    collection stays quantized). ``quantization``:
+
+    - ``None``: what the shard has (a new shard: float vectors, the engine's HNSW graph: m 16, ef_construct 100);
+    - :data:`INT8`: scalar int8 copies kept in RAM and ``m=0``: no graph, so ``optimize`` builds only the copies
+      and a dense search is a full scan over them, rescored with the float vectors (docs/store-benchmark.md);
+    - :data:`HNSW_INT8`: the same copies, and the engine's graph, which it builds and walks on int8 distances:
+      a third of the float graph's build time, and a dense search reads a quarter of the bytes, rescoring its
+      candidates with the float vectors (docs/store-benchmark.md, 1M x 1024).
+
+    The graph's parameters are given in both quantized modes, so that a switch from one to the other rebuilds the
+    segments (the engine compares the config it is given with each segment's).
 
     The dense vectors are memory-mapped without being read in at load (``on_disk``): the page cache keeps the ones
     searches touch, as fast as RAM once touched, and a load (a restart, a background build's swap) no longer
     reads the whole shard into the process (at 1M x 1024 the swap held two shards' vectors: 13.5 GB of RSS).
     A shard created before keeps its stored setting."""
+    hnsw = None
+    if quantization == INT8:
+        hnsw = qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000)
+    elif quantization == HNSW_INT8:
+        hnsw = qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000)
     return qe.EdgeConfig(
         vectors={DENSE: qe.EdgeVectorParams(size=dimensions, distance=qe.Distance.Cosine, on_disk=True)},
         sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)} if sparse else None,
         optimizers=optimizers,
-        hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000) if int8 else None,
+        hnsw_config=hnsw,
         quantization_config=(qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, memory=qe.Memory.Pinned)
-                             if int8 else None),
+                             if quantization in QUANTIZATIONS else None),
         max_search_threads=search_threads,
     )
 

@@ -43,6 +43,7 @@ def edge_options(settings: Settings) -> dict[str, Any]:
             "build_threshold": q.edge_build_threshold, "build_nice": q.edge_build_nice,
             "build_hold": q.edge_build_hold, "build_max_unindexed": q.edge_build_max_unindexed,
             "build_segment_kb": q.edge_build_segment_mb << 10,
+            "quantization": None if q.edge_quantization == "none" else q.edge_quantization,
             "build_overrides": {name: o.model_dump(exclude_none=True) for name, o in q.edge_build_collections.items()}}
 
 

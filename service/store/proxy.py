@@ -38,7 +38,7 @@ from service.store.errors import StoreError
 from service.store.framing import _as_matrix, _f32, _rebuild, _Receiver, _Sender
 from service.store.snapshots import SnapshotInfo
 from service.store.types import (
-    INT8,
+    QUANTIZATIONS,
     Chunk,
     CollectionInfo,
     DocState,
@@ -60,7 +60,7 @@ class ProcessStore(VectorStore):
     store owner that several API processes share (:meth:`attach`, :mod:`service.store.owner`)."""
 
     backend = "edge"
-    quantizations = frozenset({INT8})
+    quantizations = QUANTIZATIONS
 
     def __init__(self, root: Path, process: Any, conn: Connection, min_free_bytes: int,
                  socket_path: Path | None = None) -> None:

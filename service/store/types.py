@@ -34,7 +34,12 @@ INTERNAL_INDEXES = {"doc_id": "keyword", "source": "keyword", "content_hash": "k
 """Payload indexes every collection gets, so replacing or deleting a document is not a scan."""
 INT8 = "int8"
 """``CollectionInfo.quantization`` (and ``collection.json``'s ``quantization``) of a collection whose dense vectors
-are int8-quantized: ``ragserve optimize --int8`` quantized it, or an import of an int8 collection recorded it."""
+are int8-quantized with no graph (a full scan over the int8 copies): ``ragserve optimize --int8`` quantized it, an
+import of an int8 collection recorded it, or ``RAGSERVE_QDRANT__EDGE_QUANTIZATION`` set it at creation."""
+HNSW_INT8 = "hnsw-int8"
+"""The same for an HNSW graph over the int8 copies (``ragserve optimize --hnsw-int8``, an import, or the setting):
+a search walks the graph on int8 distances and rescores its candidates with the float vectors."""
+QUANTIZATIONS = frozenset({INT8, HNSW_INT8})
 
 
 def point_id(collection: str, doc_id: str, chunk_index: int, tenant: str | None = None) -> str:
@@ -110,7 +115,7 @@ class IndexStatus:
     last_ended: str | None = None
     """When the last build that was swapped in ended (ISO 8601, UTC)."""
     last_built: str | None = None
-    """What it built: ``hnsw`` or ``int8``."""
+    """What it built: ``hnsw``, ``int8`` or ``hnsw-int8``."""
     last_points: int | None = None
     """How many points it built the index of (those written during it were caught up after)."""
     last_seconds: float | None = None
@@ -138,9 +143,9 @@ class CollectionInfo:
     sparse_stats: SparseStats | None = None
     """Length statistics of the documents written so far (service.documents.normalisation keeps them)."""
     quantization: str | None = None
-    """``"int8"`` once ``ragserve optimize --int8`` quantized the dense vectors, or an import of an int8 export
-    recorded it (embedded store only): its dense searches then oversample and rescore
-    (``RAGSERVE_QDRANT__INT8_OVERSAMPLING``), and every ``ragserve optimize`` builds the int8 copy."""
+    """:data:`INT8` or :data:`HNSW_INT8` once the dense vectors are to be int8-quantized (embedded store only):
+    its dense searches then oversample and rescore (``RAGSERVE_QDRANT__INT8_OVERSAMPLING``), and every build (in
+    the background or ``ragserve optimize``) builds the int8 copy, with a graph over it for ``hnsw-int8``."""
     importing: str | None = None
     """The export id of an import still under way (``service.transfer``): set before its first point is written,
     cleared after its last; a collection that holds it is incomplete (searches answer 409)."""

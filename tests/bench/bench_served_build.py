@@ -3,7 +3,7 @@ serve`` runs it) with searches running, indexed by background builds, and search
 
     python -m tests.bench.bench_served_build [--size 100000] [--dims 1024] [--threshold 20000] [--rate 4]
         [--queries 100] [--hnsw-ef 512] [--after-ef 256,768] [--max-unindexed 100000] [--segment-mb 2048]
-        [--idle-s 60] [--cycles 1] [--trickle 100] [--memory-limit-mib 0] [--reuse STORE_DIR]
+        [--quantization none] [--idle-s 60] [--cycles 1] [--trickle 100] [--memory-limit-mib 0] [--reuse STORE_DIR]
         [--scifact ../shared/data/scifact] [--workdir DIR] [--json out.json]
 
 Data: ``tests/bench/bench_store.py``'s synthetic set with its defaults and seed (Gaussian clusters plus as much
@@ -229,7 +229,8 @@ async def open_served(root: Path, args: argparse.Namespace) -> Any:
 
     return await ProcessStore.open(root, background_build=True, build_threshold=args.threshold,
                                    hnsw_ef=args.hnsw_ef, timeout_s=3600, build_max_unindexed=args.max_unindexed,
-                                   build_segment_kb=args.segment_mb << 10)
+                                   build_segment_kb=args.segment_mb << 10,
+                                   quantization=None if args.quantization == "none" else args.quantization)
 
 
 async def served(data: Data, root: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -364,6 +365,8 @@ def main() -> None:
     parser.add_argument("--max-unindexed", type=int, default=100_000,
                         help="RAGSERVE_QDRANT__EDGE_BUILD_MAX_UNINDEXED (0: writes never wait for a build)")
     parser.add_argument("--segment-mb", type=int, default=2048, help="RAGSERVE_QDRANT__EDGE_BUILD_SEGMENT_MB")
+    parser.add_argument("--quantization", choices=["none", "int8", "hnsw-int8"], default="none",
+                        help="RAGSERVE_QDRANT__EDGE_QUANTIZATION: what the collection builds")
     parser.add_argument("--idle-s", type=float, default=60.0,
                         help="seconds of searches once all is indexed and nothing is written (the idle figures)")
     parser.add_argument("--cycles", type=int, default=1,
@@ -394,7 +397,7 @@ def main() -> None:
     args.queries = min(args.queries, len(data.q))
     root = work / f"store-{time.strftime('%Y%m%dT%H%M%S')}"
     result = {"size": data.n, "dims": data.dim, "threshold": args.threshold, "hnsw_ef": args.hnsw_ef,
-              "max_unindexed": args.max_unindexed, "segment_mb": args.segment_mb,
+              "max_unindexed": args.max_unindexed, "segment_mb": args.segment_mb, "quantization": args.quantization,
               "rate": args.rate, "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()[0]}
     if args.reuse:
         result["reserved"] = s = asyncio.run(reserved(data, args.reuse, args))

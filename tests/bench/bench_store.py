@@ -21,7 +21,7 @@ Rows:
 - numpy: float32 matrix @ query, argpartition; sparse and hybrid with scipy (Qdrant's IDF formula and weighted
   RRF), the references for the sparse and hybrid agreement columns.
 - edge: ``EdgeStore`` as shipped: plain index, exact search.
-- edge int8: an edge folder built the same way, then ``service.store.edge_optimize.optimize_collection(int8=True)``
+- edge int8: an edge folder built the same way, then ``service.store.edge_optimize.optimize_collection(quantization="int8")``
   (``ragserve optimize --int8``: int8 scalar quantization with ``HnswIndexConfig(m=0)``, no graph, so a full scan
   over the int8 copy, rescored with the float vectors), searched through ``EdgeStore.open(int8_oversampling=N)``
   (``RAGSERVE_QDRANT__INT8_OVERSAMPLING``) with 2 (the default) and 1.
@@ -396,7 +396,7 @@ async def open_store(backend: str, folder: Path, *, hnsw_ef: int = 256, oversamp
 
     from service.store.edge import EdgeStore
 
-    # int8_oversampling applies only to a collection that optimize_collection(int8=True) quantized
+    # int8_oversampling applies only to a collection that optimize_collection(quantization="int8") quantized
     return await EdgeStore.open(folder, timeout_s=3600, hnsw_ef=hnsw_ef, int8_oversampling=oversampling or 2.0)
 
 
@@ -473,7 +473,7 @@ def optimize_task(spec: dict[str, Any]) -> dict[str, Any]:
 
     folder = Path(spec["store"])
     c0 = time.process_time()
-    result = optimize_collection(folder, COLLECTION, int8=bool(spec.get("int8")),
+    result = optimize_collection(folder, COLLECTION, quantization="int8" if spec.get("int8") else None,
                                  progress=lambda m: print(f"    {m}", flush=True))
     cpu_s = time.process_time() - c0
     shard = qe.EdgeShard.load(str(folder / "collections" / COLLECTION / "shard"))

@@ -69,7 +69,7 @@ async def source_export(root: Path) -> bytes:
         await store.upsert("kb", [chunk(i) for i in range(N)], VECTORS, [sparse(i) for i in range(N)])
     finally:
         await store.aclose()
-    optimize_collection(root, "kb", int8=True, progress=lambda _: None)
+    optimize_collection(root, "kb", quantization="int8", progress=lambda _: None)
     store = await EdgeStore.open(root)
     try:
         return b"".join([piece async for piece in await start_export(store, "kb")])

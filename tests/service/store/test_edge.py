@@ -138,7 +138,7 @@ async def test_optimize_builds_hnsw_offline_and_search_keeps_its_answers(tmp_pat
 
     # Switched to int8 afterwards: the engine rebuilds the HNSW segment to the new config (m=0, quantized).
     lines.clear()
-    result = optimize_collection(tmp_path / "s", "c", int8=True, progress=lines.append)
+    result = optimize_collection(tmp_path / "s", "c", quantization="int8", progress=lines.append)
     assert (result["mode"], result["indexed"], result["changed"]) == ("int8", 3000, True)
     assert "3000 of 3000 points' dense vectors are int8-quantized" in lines[1]
     store = await EdgeStore.open(tmp_path / "s")
@@ -197,12 +197,17 @@ def exact_top10(x: np.ndarray, ids: list[str], queries: np.ndarray) -> list[list
     return [[ids[j] for j in np.argsort(-(x @ q), kind="stable")[:10]] for q in queries]
 
 
-async def test_int8_optimize_quantizes_and_searches_oversample_to_exact_recall(tmp_path: Path) -> None:
-    rng = np.random.default_rng(11)
+def clustered_set(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """N_INT8 points and 50 queries drawn around the same 100 centres: points, labels, queries, their labels, ids."""
     centres = rng.normal(size=(100, DIM))
     x, labels = clustered(rng, centres, N_INT8)
     queries, q_labels = clustered(rng, centres, 50)
-    ids = [f"d{i}" for i in range(N_INT8)]
+    return x, labels, queries, q_labels, [f"d{i}" for i in range(N_INT8)]
+
+
+async def test_int8_optimize_quantizes_and_searches_oversample_to_exact_recall(tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    x, labels, queries, q_labels, ids = clustered_set(rng)
     root, meta_path = tmp_path / "s", tmp_path / "s" / "collections" / "c" / "collection.json"
     store = await EdgeStore.open(root)
     await store.create_collection("c", dimensions=DIM, model="m", sparse=SparseConfig())
@@ -212,7 +217,7 @@ async def test_int8_optimize_quantizes_and_searches_oversample_to_exact_recall(t
     await store.aclose()
 
     lines: list[str] = []
-    result = optimize_collection(root, "c", int8=True, progress=lines.append)
+    result = optimize_collection(root, "c", quantization="int8", progress=lines.append)
     assert (result["mode"], result["points"], result["indexed"], result["changed"]) == ("int8", N_INT8, N_INT8, True)
     assert lines[0].startswith(f"optimizing 'c' (int8 scalar quantization, a full scan without a graph): {N_INT8} "
                                f"points, {DIM} dims; about ")
@@ -259,17 +264,46 @@ async def test_int8_optimize_quantizes_and_searches_oversample_to_exact_recall(t
         if not optimized:
             lines.clear()
             result = optimize_collection(root, "c", progress=lines.append)  # no --int8: it stays int8
-            assert lines[0].startswith("'c' is int8-quantized") and "stays so" in lines[0]
+            assert lines[0].startswith("'c' is int8-quantized") and "stays quantized" in lines[0]
             assert (result["mode"], result["indexed"], result["changed"]) == ("int8", N_INT8 + len(queries), True)
 
 
-@pytest.mark.parametrize("int8", [False, True])
-async def test_optimize_says_when_it_builds_nothing(tmp_path: Path, int8: bool) -> None:
+async def test_hnsw_int8_optimize_builds_a_graph_over_int8_copies(tmp_path: Path) -> None:
+    x, _, queries, _, ids = clustered_set(np.random.default_rng(12))
+    root = tmp_path / "s"
+    store = await EdgeStore.open(root)
+    await store.create_collection("c", dimensions=DIM, model="m")
+    await store.upsert("c", [Chunk(d, 0, "t", {}) for d in ids], x.tolist())
+    await store.aclose()
+
+    lines: list[str] = []
+    result = optimize_collection(root, "c", quantization="hnsw-int8", progress=lines.append)
+    assert (result["mode"], result["indexed"], result["changed"]) == ("hnsw-int8", N_INT8, True)
+    assert lines[0].startswith("optimizing 'c' (int8 scalar quantization and an HNSW graph over it): ")
+    assert f"{N_INT8} of {N_INT8} points' dense vectors are int8-quantized in HNSW segments" in lines[1]
+    assert json.loads((root / "collections" / "c" / "collection.json").read_text())["quantization"] == "hnsw-int8"
+    segments = [p for p in (root / "collections" / "c" / "shard" / "segments").iterdir()
+                if (p / "vector_index-dense").is_dir()]
+    assert segments and all(json.loads((p / "vector_index-dense" / "hnsw_config.json").read_text())["m"] == 16
+                            and (p / "vector_storage-dense" / "quantized.data").is_file() for p in segments)
+    store = await EdgeStore.open(root)
+    try:
+        assert (await store.describe("c")).quantization == "hnsw-int8"
+        assert overlap(await dense_ids(store, queries), exact_top10(x, ids, queries)) >= 0.99
+    finally:
+        await store.aclose()
+    lines.clear()
+    optimize_collection(root, "c", progress=lines.append)  # no flag: it stays as it is
+    assert lines[0].startswith("'c' is hnsw-int8-quantized") and "stays quantized" in lines[0]
+
+
+@pytest.mark.parametrize("quantization", [None, "int8", "hnsw-int8"])
+async def test_optimize_says_when_it_builds_nothing(tmp_path: Path, quantization: str | None) -> None:
     store = await EdgeStore.open(tmp_path / "s")
     await store.create_collection("c", dimensions=8, model="m", sparse=SparseConfig())
     await store.aclose()
     lines: list[str] = []
-    result = optimize_collection(tmp_path / "s", "c", int8=int8, progress=lines.append)
+    result = optimize_collection(tmp_path / "s", "c", quantization=quantization, progress=lines.append)
     assert not result["changed"] and lines[1].startswith("nothing to build: 'c' is empty")
 
     store = await EdgeStore.open(tmp_path / "s")  # 2 points x 8 dims: 64 bytes of vectors, below the 1 KB threshold
@@ -277,7 +311,7 @@ async def test_optimize_says_when_it_builds_nothing(tmp_path: Path, int8: bool) 
                        [[1.0] + [0.0] * 7, [0.0, 1.0] + [0.0] * 6], [SparseVector([1], [1.0])] * 2)
     await store.aclose()
     lines.clear()
-    result = optimize_collection(tmp_path / "s", "c", int8=int8, progress=lines.append)
+    result = optimize_collection(tmp_path / "s", "c", quantization=quantization, progress=lines.append)
     assert (result["changed"], result["points"], result["indexed"]) == (False, 2, 0)
     assert lines[1].startswith("nothing built: the engine indexes a segment only above 1 KB of vectors, and the 2 "
                                "point(s) not yet indexed are below it; searches over them stay exact")
@@ -307,6 +341,16 @@ def test_the_command_quantizes_and_names_a_missing_collection(tmp_path: Path) ->
         "int8-quantized" in r.stdout
     assert json.loads((tmp_path / "qdrant" / "collections" / "c" / "collection.json").read_text())["quantization"] \
         == "int8"
+    # Switched to the graph over the int8 copies (the engine rebuilds the segments to the new config).
+    r = subprocess.run([*args, "c", "--hnsw-int8", "--data-dir", str(tmp_path)], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "300 of 300 points' dense vectors are int8-quantized in HNSW segments" in r.stdout
+    assert json.loads((tmp_path / "qdrant" / "collections" / "c" / "collection.json").read_text())["quantization"] \
+        == "hnsw-int8"
+    r = subprocess.run([*args, "c", "--int8", "--hnsw-int8", "--data-dir", str(tmp_path)], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 2 and "not allowed with argument" in r.stderr
     r = subprocess.run([*args, "nope", "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=120,
                        env=env)
     assert r.returncode == 1 and "Traceback" not in r.stderr

@@ -291,8 +291,8 @@ async def test_a_failed_builder_is_reported_and_its_copy_deleted(tmp_path: Path,
     from service.store import edge_background
 
     # A spec whose dimensions are not the shard's: the engine refuses to load it and the builder exits 1.
-    monkeypatch.setattr(edge_background, "build_spec", lambda dims, *a: {"dimensions": dims + 1, "sparse": True,
-                                                                          "int8": False, "nice": 0})
+    real = edge_background.build_spec
+    monkeypatch.setattr(edge_background, "build_spec", lambda dims, *a: {**real(dims, *a), "dimensions": dims + 1})
     root = tmp_path / "qdrant"
     store = await open_edge(root, tmp_path / "no-hold")
     try:
@@ -469,25 +469,43 @@ async def test_a_killed_builder_is_reported_and_the_store_goes_on(tmp_path: Path
         await store.aclose()
 
 
-async def test_an_int8_collection_builds_int8_and_ragserve_optimize_follows_the_swapped_shard(tmp_path: Path) -> None:
+def segment_configs(shard: Path) -> list[tuple[int, bool]]:
+    """Each indexed segment's graph degree (``m``, 0: no graph) and whether it holds int8 copies, as the engine
+    wrote them."""
+    return sorted((json.loads((seg / "vector_index-dense" / "hnsw_config.json").read_text())["m"],
+                   (seg / "vector_storage-dense" / "quantized.data").is_file())
+                  for seg in (shard / "segments").iterdir() if (seg / "vector_index-dense").is_dir())
+
+
+@pytest.mark.parametrize("quantization", ["int8", "hnsw-int8"])
+async def test_a_quantized_collection_builds_its_mode_and_ragserve_optimize_follows_the_swapped_shard(
+        tmp_path: Path, quantization: str) -> None:
     from service.store.edge_optimize import optimize_collection
 
     root = tmp_path / "qdrant"
-    store = await open_edge(root, tmp_path / "no-hold")
+    # int8 recorded on a collection (as an import or `ragserve optimize --int8` does); hnsw-int8 by the
+    # setting for new collections (RAGSERVE_QDRANT__EDGE_QUANTIZATION).
+    store = await open_edge(root, tmp_path / "no-hold", quantization="hnsw-int8" if quantization != "int8" else None)
     try:
         await store.create_collection("c", dimensions=DIMS, model="m", sparse=SparseConfig())
-        await store.set_quantization("c", "int8")
+        if quantization == "int8":
+            await store.set_quantization("c", "int8")
+        assert (await store.describe("c")).quantization == quantization
         ledger = Ledger(store)
         for i in range(THRESHOLD // 5):
             await ledger.upsert(doc(f"d{i}", 5, "h1"))
         built = await until(store, lambda s: s.build != "running")
-        assert built.build == "idle" and built.last_built == "int8" and built.indexed >= THRESHOLD - 20
+        assert built.build == "idle" and built.last_built == quantization and built.indexed >= THRESHOLD - 20
         await ledger.upsert(doc("late", 3, "h1"))
     finally:
         await store.aclose()
     assert shard_folders(root) == ["shard-1"]
+    graph = 16 if quantization == "hnsw-int8" else 0
+    assert set(segment_configs(root / "collections" / "c" / "shard-1")) == {(graph, True)}
+    assert json.loads((root / "collections" / "c" / "collection.json").read_text())["quantization"] == quantization
     done = optimize_collection(root, "c", progress=lambda line: None)
-    assert done["mode"] == "int8" and done["points"] == len(ledger.points)
+    assert done["mode"] == quantization and done["points"] == len(ledger.points)
+    assert set(segment_configs(root / "collections" / "c" / "shard-1")) == {(graph, True)}
     again = await EdgeStore.open(root)
     try:
         await ledger.check(again)

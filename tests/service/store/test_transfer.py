@@ -309,7 +309,7 @@ async def int8_export(root: Path) -> bytes:
         await seed(store)
     finally:
         await store.aclose()
-    assert optimize_collection(root, "kb", int8=True, progress=lambda _: None)["indexed"] == N
+    assert optimize_collection(root, "kb", quantization="int8", progress=lambda _: None)["indexed"] == N
     store = await EdgeStore.open(root, write_batch=64)
     try:
         assert (await store.describe("kb")).quantization == "int8"
