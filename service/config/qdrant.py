@@ -69,7 +69,9 @@ class QdrantSettings(BaseModel):
         "none", description="Embedded store: what a collection created from now on builds (a collection keeps what "
         "it was created with). none: an HNSW graph over the float vectors. hnsw-int8: int8 copies of the vectors "
         "and an HNSW graph over them, built and walked on int8 distances, its candidates rescored with the float "
-        "vectors (int8_oversampling): faster to build and to search than the float graph (docs/store-benchmark.md). "
+        "vectors (int8_oversampling). At 1M x 1024 loaded while serving: dense 5.7 CPU-ms at recall@10 0.960 against "
+        "12.2 and 0.972 for the float graph, loaded at 751 points/s against 470-516, for 1 GB of RAM per million "
+        "1024-dim vectors (twice while a build swaps in) and a longer stall at each swap (docs/store-benchmark.md). "
         "int8: the int8 copies with no graph, a full scan over them (as `ragserve optimize --int8`).",
     )
     edge_min_free_mb: int = Field(

@@ -17,9 +17,10 @@ Python thread, the event loop included. Hence:
 - each call is kept short: upserts go in slices of ``write_batch`` points (a few milliseconds each), so
   other requests and heartbeats run between slices;
 - one writer at a time per shard (an ``asyncio.Lock``), readers never wait for writers;
-- ``optimize()`` (the HNSW build or the int8 quantization, seconds to minutes with the GIL held) never runs in
-  a serving process: a background build (:mod:`service.store.edge_background`) runs it on a copy of the shard in
-  a process of its own, and ``ragserve optimize [--int8]`` runs it in its own process while the store is closed.
+- ``optimize()`` (the HNSW build, the int8 quantization, or both: seconds to minutes with the GIL held) never
+  runs in a serving process: a background build (:mod:`service.store.edge_background`) runs it on a copy of the
+  shard in a process of its own, and ``ragserve optimize [--int8 | --hnsw-int8]`` runs it in its own process while
+  the store is closed.
 
 Durability: the engine writes a WAL before it acknowledges an update, and replays it on load, so an
 acknowledged write survives a SIGKILL; :meth:`EdgeStore.flush` (job end, shutdown) persists segments.

@@ -4,8 +4,9 @@ Line 1, the header (:class:`ExportHeader`): ``{"format": "ragserve-export", "ver
 "collection", "model", "dimensions", "distance", "filter_fields", "sparse", "sparse_stats", "quantization",
 "points", "exported_at", "ragserve_version", "backend"}``: every setting the collection carries, so that an
 import recreates it exactly (``sparse`` is its BM25 analysis settings or null, ``sparse_stats`` its BM25 length
-statistics, so BM25 scores come out the same; ``quantization`` is ``"int8"`` for a collection ``ragserve optimize
---int8`` quantized, recorded by an import where the target records one; ``points`` is the count when the export
+statistics, so BM25 scores come out the same; ``quantization`` is ``"int8"`` or ``"hnsw-int8"`` for a collection
+quantized so (``ragserve optimize --int8`` or ``--hnsw-int8``, or the setting at its creation), recorded by an
+import where the target records one; ``points`` is the count when the export
 began, for progress). A reader takes a header without ``quantization`` (older files) as none.
 
 Then one line per point: its payload fields as the store holds them (``doc_id``, ``chunk_index``, ``text``,

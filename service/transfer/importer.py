@@ -5,9 +5,10 @@ statistics), or is an existing empty collection whose settings match. Points go 
 in batches of :data:`BATCH` while the body is still arriving (constant memory). Ids come from the target's name
 (``Chunk.id_in``), so importing the same file twice stores every point once.
 
-Quantization. The header's ``quantization`` (``int8``: the source was ``ragserve optimize --int8``-ed) is recorded
-on the target after the trailer has checked the file, where its backend records one (the embedded store): its
-dense searches oversample and rescore at once, and its next ``ragserve optimize`` builds the int8 copy (never
+Quantization. The header's ``quantization`` (``int8`` or ``hnsw-int8``: the source's int8 copies, with no graph or
+with one) is recorded on the target after the trailer has checked the file, where its backend records one (the
+embedded store): its dense searches oversample and rescore at once, and its next build (in the background, or
+``ragserve optimize``) builds the int8 copy (never
 here: that holds the engine for minutes). Elsewhere (the server backend) it is left out, with a warning. A file
 without the field (written before it was carried) imports as it always did.
 

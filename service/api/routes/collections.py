@@ -82,8 +82,8 @@ async def get_collection(services: ServicesDep, principal: PrincipalDep, name: s
 @router.post("/{name}/index", status_code=status.HTTP_202_ACCEPTED,
              summary="Build the collection's index now, in the background")
 async def build_index(services: ServicesDep, name: str = CollectionName) -> CollectionOut:
-    """Embedded store: start a background build of the collection's index (HNSW, or int8 for an int8 collection)
-    whatever RAGSERVE_QDRANT__EDGE_BUILD_THRESHOLD says; searches and writes go on. Poll
+    """Embedded store: start a background build of the collection's index (HNSW, or what the collection's
+    quantization asks) whatever RAGSERVE_QDRANT__EDGE_BUILD_THRESHOLD says; searches and writes go on. Poll
     `GET /v1/collections/{name}` for its `index`. A Qdrant server indexes on its own: the description only."""
     return _out(await services.store.build_index(name))
 

@@ -62,7 +62,7 @@ class IndexStatusOut(BaseModel):
                                              "copying, building or catching up.")
     reason: str | None = Field(None, description="Why the last build was given up.")
     last_ended: str | None = Field(None, description="When the last build swapped in ended (ISO 8601, UTC).")
-    last_built: str | None = Field(None, description="What the last build built: hnsw or int8.")
+    last_built: str | None = Field(None, description="What the last build built: hnsw, int8 or hnsw-int8.")
     last_points: int | None = Field(None, description="How many points the last build indexed.")
     last_seconds: float | None = Field(None, description="How long the last build took, start to swap.")
     started: str | None = Field(None, description="While running: when the build started (ISO 8601, UTC).")

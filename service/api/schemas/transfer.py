@@ -13,5 +13,5 @@ class ImportOut(BaseModel):
     created: bool = Field(description="The import created the collection (else it was empty, or resumed).")
     resumed: bool = Field(description="The collection held an unfinished import of this export, now finished.")
     quantization: str | None = Field(
-        None, description="The quantization the collection records now: the export's (`int8`) where this store "
-        "records one (the embedded store; its next `ragserve optimize` builds the int8 copy), else null.")
+        None, description="The quantization the collection records now: the export's (`int8` or `hnsw-int8`) where "
+        "this store records one (the embedded store; its next build builds the int8 copy), else null.")
