@@ -21,6 +21,7 @@ import qdrant_edge as qe
 
 from service.store.edge_optimize import INDEXING_THRESHOLD_KB, _dense_indexed
 from service.store.edge_shard import _config
+from service.store.types import HNSW
 
 PR_SET_PDEATHSIG = 1
 
@@ -49,7 +50,7 @@ def build(folder: str, spec: dict[str, Any]) -> dict[str, Any]:
         indexed = _dense_indexed(shard, info.indexed_vectors_count, info.points_count, bool(spec["sparse"]))
     finally:
         shard.close()
-    return {"built": spec["quantization"] or "hnsw", "points": info.points_count, "indexed": indexed}
+    return {"built": spec["quantization"] or HNSW, "points": info.points_count, "indexed": indexed}
 
 
 def die_with_parent() -> None:

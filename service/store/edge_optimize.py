@@ -14,7 +14,7 @@ from service.store.atomic import write_json as _write_json
 from service.store.edge_shard import _config
 from service.store.errors import CollectionNotFound
 from service.store.layout import lock_store
-from service.store.types import HNSW_INT8, INT8, QUANTIZATIONS, SPARSE
+from service.store.types import HNSW, HNSW_INT8, INT8, QUANTIZATIONS, SPARSE
 
 INDEXING_THRESHOLD_KB = 1
 """The engine's indexing threshold as ``optimize_collection`` sets it: a segment is indexed (HNSW) or quantized
@@ -111,7 +111,7 @@ def optimize_collection(root: Path, name: str, *, quantization: str | None = Non
         if quantization is not None:
             line += "; dense searches oversample by RAGSERVE_QDRANT__INT8_OVERSAMPLING (default 2) and rescore"
         progress(line)
-        return {"mode": quantization or "hnsw", "points": points, "seconds": took, "changed": changed,
+        return {"mode": quantization or HNSW, "points": points, "seconds": took, "changed": changed,
                 "indexed": dense, "segments": info.segments_count}
     finally:
         lock.close()

@@ -17,7 +17,6 @@ from service.store.atomic import write_json as _write_json
 from service.store.edge_convert import to_edge
 from service.store.types import (
     DENSE,
-    HNSW_INT8,
     INT8,
     INTERNAL_INDEXES,
     QUANTIZATIONS,
@@ -130,11 +129,8 @@ def _config(dimensions: int, sparse: bool, optimizers: qe.EdgeOptimizersConfig |
     searches touch, as fast as RAM once touched, and a load (a restart, a background build's swap) no longer
     reads the whole shard into the process (at 1M x 1024 the swap held two shards' vectors: 13.5 GB of RSS).
     A shard created before keeps its stored setting."""
-    hnsw = None
-    if quantization == INT8:
-        hnsw = qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000)
-    elif quantization == HNSW_INT8:
-        hnsw = qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000)
+    hnsw = (qe.HnswIndexConfig(m=0 if quantization == INT8 else 16, ef_construct=100, full_scan_threshold=10_000)
+            if quantization in QUANTIZATIONS else None)
     return qe.EdgeConfig(
         vectors={DENSE: qe.EdgeVectorParams(size=dimensions, distance=qe.Distance.Cosine, on_disk=True)},
         sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)} if sparse else None,

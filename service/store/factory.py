@@ -12,6 +12,7 @@ from service.store.edge import EdgeStore
 from service.store.proxy import ProcessStore
 from service.store.qdrant_server import ServerStore, open_client
 from service.store.qdrant_snapshots import SnapshotApi
+from service.store.types import quantization_named
 
 
 async def open_store(settings: Settings, *, client: AsyncQdrantClient | None = None) -> VectorStore:
@@ -43,7 +44,7 @@ def edge_options(settings: Settings) -> dict[str, Any]:
             "build_threshold": q.edge_build_threshold, "build_nice": q.edge_build_nice,
             "build_hold": q.edge_build_hold, "build_max_unindexed": q.edge_build_max_unindexed,
             "build_segment_kb": q.edge_build_segment_mb << 10,
-            "quantization": None if q.edge_quantization == "none" else q.edge_quantization,
+            "quantization": quantization_named(q.edge_quantization),
             "build_overrides": {name: o.model_dump(exclude_none=True) for name, o in q.edge_build_collections.items()}}
 
 

@@ -40,6 +40,16 @@ HNSW_INT8 = "hnsw-int8"
 """The same for an HNSW graph over the int8 copies (``ragserve optimize --hnsw-int8``, an import, or the setting):
 a search walks the graph on int8 distances and rescores its candidates with the float vectors."""
 QUANTIZATIONS = frozenset({INT8, HNSW_INT8})
+HNSW = "hnsw"
+"""What a build of a collection with no quantization makes (an HNSW graph over the float vectors), as the status's
+``last_built`` and ``ragserve optimize`` name it."""
+NO_QUANTIZATION = "none"
+"""``RAGSERVE_QDRANT__EDGE_QUANTIZATION``'s name for no quantization (a collection records it as ``None``)."""
+
+
+def quantization_named(name: str) -> str | None:
+    """The setting's value as a collection records it: :data:`NO_QUANTIZATION` is ``None``."""
+    return None if name == NO_QUANTIZATION else name
 
 
 def point_id(collection: str, doc_id: str, chunk_index: int, tenant: str | None = None) -> str:

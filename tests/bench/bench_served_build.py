@@ -226,11 +226,12 @@ class Served:
 
 async def open_served(root: Path, args: argparse.Namespace) -> Any:
     from service.store.proxy import ProcessStore
+    from service.store.types import quantization_named
 
     return await ProcessStore.open(root, background_build=True, build_threshold=args.threshold,
                                    hnsw_ef=args.hnsw_ef, timeout_s=3600, build_max_unindexed=args.max_unindexed,
                                    build_segment_kb=args.segment_mb << 10,
-                                   quantization=None if args.quantization == "none" else args.quantization)
+                                   quantization=quantization_named(args.quantization))
 
 
 async def served(data: Data, root: Path, args: argparse.Namespace) -> dict[str, Any]:
