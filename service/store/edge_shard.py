@@ -64,15 +64,25 @@ def collection_meta(info: CollectionInfo, shard_dir: str) -> dict[str, Any]:
     return meta
 
 
+def _internal_index(kind: str) -> Any:
+    """The params of a payload index every collection gets (:data:`INTERNAL_INDEXES`): memory-mapped
+    (``Memory.Cold``), as the dense vectors are. They serve the write path (a replace or delete finds a document's
+    chunks), not the ranking, and an index read into RAM is rebuilt in the process at every load: at 1M points the
+    four of them were a third of a load's CPU (docs/background-builds.md, "Resources"), and a background build's swap
+    makes that load while it holds the store's loop."""
+    return {"keyword": qe.KeywordIndexParams}[kind](memory=qe.Memory.Cold)
+
+
 def _create_shard(folder: Path, info: CollectionInfo, search_threads: int) -> qe.EdgeShard:
     if folder.exists():  # an earlier create that never wrote collection.json: ours, and empty of meaning
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     shard = qe.EdgeShard.create(str(folder / "shard"), _config(info.dimensions, info.sparse is not None,
                                                                search_threads=search_threads))
-    indexes = {**INTERNAL_INDEXES, **{f"metadata.{k}": v for k, v in info.filter_fields.items()}}
-    for key, kind in indexes.items():
-        shard.update(qe.UpdateOperation.create_field_index(key, FIELD_TYPES[kind]))
+    for key, kind in INTERNAL_INDEXES.items():
+        shard.update(qe.UpdateOperation.create_field_index(key, _internal_index(kind)))
+    for key, kind in info.filter_fields.items():
+        shard.update(qe.UpdateOperation.create_field_index(f"metadata.{key}", FIELD_TYPES[kind]))
     shard.flush()
     _write_json(folder / "collection.json", {"dimensions": info.dimensions, **info.metadata()})
     return shard
@@ -93,7 +103,7 @@ def _tenant_index(shard: qe.EdgeShard, field: str) -> None:
     if f"metadata.{field}" not in schema or not getattr(schema[f"metadata.{field}"].params, "is_tenant", False):
         shard.update(qe.UpdateOperation.create_field_index(f"metadata.{field}", qe.KeywordIndexParams(is_tenant=True)))
     if TENANT not in schema:
-        shard.update(qe.UpdateOperation.create_field_index(TENANT, FIELD_TYPES["keyword"]))
+        shard.update(qe.UpdateOperation.create_field_index(TENANT, _internal_index(INTERNAL_INDEXES[TENANT])))
 
 
 def search_pool_size(cores: int | None = None) -> int:

@@ -23,7 +23,7 @@ from service.store.edge import EdgeStore
 from service.store.edge_optimize import optimize_collection
 from service.store.edge_shard import search_pool_size
 from service.store.errors import LegacyStoreLayout, StoreError, StoreLocked
-from service.store.types import Chunk, Fusion, SparseVector
+from service.store.types import Chunk, Fusion, SparseVector, doc_filter
 
 LOCAL_MODE_META = {"collections": {"kb": {"vectors": {"dense": {"size": 384, "distance": "Cosine"}}}}, "aliases": {}}
 
@@ -148,6 +148,42 @@ async def test_optimize_builds_hnsw_offline_and_search_keeps_its_answers(tmp_pat
         await store.aclose()
     assert np.mean([len(set(a) & set(e)) / 10 for a, e in zip(int8_ids, exact, strict=True)]) >= 0.99
 
+
+
+def index_storage(segment: Path) -> dict[str, object]:
+    """Each indexed field's keyword index storage, as the engine wrote it in the segment's payload_index/config.json."""
+    config = json.loads((segment / "payload_index" / "config.json").read_text())
+    return {f: next(t["storage_type"] for t in types if t["index_type"] == "keyword_index")
+            for f, types in config["indexed_types"].items()}
+
+
+async def test_internal_payload_indexes_are_memory_mapped_and_still_find_documents(tmp_path: Path) -> None:
+    """The indexes every collection gets serve replaces and deletes; they are memory-mapped, so a load (a restart,
+    a build's swap) does not read them into the process. A filter field the user declared stays in RAM."""
+    root = tmp_path / "s"
+    store = await EdgeStore.open(root)
+    await store.create_collection("c", dimensions=8, model="m", filter_fields={"lang": "keyword"})
+    x = np.random.default_rng(5).normal(size=(3000, 8))
+    await store.upsert("c", [Chunk(f"d{i // 3}", i % 3, "t", {"lang": "en"}, content_hash=f"h{i // 3}",
+                                   chunk_count=3, source=f"s{i % 2}") for i in range(3000)], x.tolist())
+    await store.aclose()
+    optimize_collection(root, "c", progress=lambda _: None)
+
+    segments = [p for p in (root / "collections" / "c" / "shard" / "segments").iterdir()
+                if (p / "vector_index-dense").is_dir()]
+    cold, ram = {"mmap": {"is_on_disk": True}}, {"mmap": {"is_on_disk": False}}
+    assert segments and all(index_storage(p) == {"doc_id": cold, "source": cold, "content_hash": cold,
+                                                 "tenant": cold, "metadata.lang": ram} for p in segments)
+    store = await EdgeStore.open(root)
+    try:
+        states = await store.scroll_states("c", doc_filter(doc_ids=["d7", "d900"]))
+        assert {d: (s.content_hash, s.chunk_indices) for d, s in states.items()} == {
+            "d7": ("h7", frozenset({0, 1, 2})), "d900": ("h900", frozenset({0, 1, 2}))}
+        await store.delete("c", doc_filter(doc_ids=["d7"]))
+        assert sorted(await store.scroll_states("c", doc_filter(doc_ids=["d6", "d7", "d8"]))) == ["d6", "d8"]
+        assert await store.count("c", doc_filter(source="s1")) == 1500 - 2  # d7's chunks 0 and 2 (i = 21, 23)
+    finally:
+        await store.aclose()
 
 # --- int8 scalar quantization (``ragserve optimize --int8``) ------------------------------------------------------
 
