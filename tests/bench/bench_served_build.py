@@ -62,6 +62,20 @@ def vm_kib(pid: int, field: str) -> int:
     return 0
 
 
+def pss_kib(pid: int) -> int:
+    """Proportional set size: each resident page divided among the mappings that hold it. VmRSS counts a page once
+    per mapping, and the builder maps the vectors of the segment it merges, and of the one it writes, twice each
+    (``/proc/PID/smaps`` during a merge into a 500,000 x 1024 segment: 4,076 MiB of Rss and 2,038 of Pss on each
+    matrix.dat, docs/store-benchmark.md). Summed over processes, Pss is the memory they hold, each page once."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def memory_cgroup(pid: int, limit_mib: int) -> Path:
     """A memory cgroup of ``limit_mib`` for ``pid`` and the builders it starts (root only; cgroup v2, or v1's
     memory controller), as a container's memory limit would hold the store: the kernel then reclaims the pages of
@@ -132,7 +146,25 @@ class Watch:
         self.anon_peak_kib = {"store": 0, "builder": 0, "together": 0}
         """RssAnon, the same way: the part of VmRSS that is not pages of mapped files, so (with no swap) the part
         that the kernel cannot reclaim."""
+        self.pss_peak_kib = {"store": 0, "builder": 0, "together": 0}
+        """Pss (:func:`pss_kib`), the same way: the memory the two processes hold, a page counted once."""
         self.started = time.monotonic()
+
+    def memory(self) -> dict[str, dict[str, int]]:
+        """VmRSS, RssAnon and Pss (KiB) of the store's process and of its builder, read once (in a thread: a
+        builder's smaps_rollup walks gigabytes of mappings, which must not stall the searches' timing)."""
+        kinds = {"VmRSS": "rss", "RssAnon": "anon"}
+        now = {k: {"store": vm_kib(self.pid, field), "builder": 0} for field, k in kinds.items()}
+        now["pss"] = {"store": pss_kib(self.pid), "builder": 0}
+        builders = children(self.pid)
+        for child in builders:
+            self.builder_peak_kib = max(self.builder_peak_kib, vm_kib(child, "VmHWM"))
+            for field, k in kinds.items():
+                now[k]["builder"] += vm_kib(child, field)
+            now["pss"]["builder"] += pss_kib(child)
+        for v in now.values():
+            v["together"] = v["store"] + v["builder"]
+        return now
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -142,15 +174,11 @@ class Watch:
             self.timeline.append({"t": round(time.monotonic() - self.started, 1), "points": info.points,
                                   "indexed": index.indexed, "unindexed": index.unindexed, "build": index.build,
                                   "phase": index.phase})
-            together, anon = vm_kib(self.pid, "VmRSS"), {"store": vm_kib(self.pid, "RssAnon"), "builder": 0}
-            for child in children(self.pid):
-                self.builder_peak_kib = max(self.builder_peak_kib, vm_kib(child, "VmHWM"))
-                together += vm_kib(child, "VmRSS")
-                anon["builder"] += vm_kib(child, "RssAnon")
-            anon["together"] = anon["store"] + anon["builder"]
-            self.together_peak_kib = max(self.together_peak_kib, together)
-            self.anon_peak_kib = {k: max(v, anon[k]) for k, v in self.anon_peak_kib.items()}
-            self.timeline[-1].update(rss_mib=round(together / 1024), anon_mib=round(anon["together"] / 1024))
+            now = await asyncio.to_thread(self.memory)
+            self.together_peak_kib = max(self.together_peak_kib, now["rss"]["together"])
+            self.anon_peak_kib = {k: max(v, now["anon"][k]) for k, v in self.anon_peak_kib.items()}
+            self.pss_peak_kib = {k: max(v, now["pss"][k]) for k, v in self.pss_peak_kib.items()}
+            self.timeline[-1].update({f"{kind}_mib": round(v["together"] / 1024) for kind, v in now.items()})
             try:
                 await asyncio.wait_for(stop.wait(), 1.0)
             except TimeoutError:
@@ -220,6 +248,7 @@ class Served:
                 "builder_peak_mib": round(self.watch.builder_peak_kib / 1024),
                 "together_peak_mib": round(self.watch.together_peak_kib / 1024),
                 "anon_peak_mib": {k: round(v / 1024) for k, v in self.watch.anon_peak_kib.items()},
+                "pss_peak_mib": {k: round(v / 1024) for k, v in self.watch.pss_peak_kib.items()},
                 "searches": summary(self.rows), "timeline": self.watch.timeline,
                 "slowest": sorted(self.rows, key=lambda r: -r["ms"])[:50]}
 
