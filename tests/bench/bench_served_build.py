@@ -52,9 +52,11 @@ MODES = ("dense", "sparse", "hybrid")
 UPDATE = "bench-update"
 
 
-def vm_kib(pid: int, field: str) -> int:
+def vm_kib(pid: int, field: str, table: str = "status") -> int:
+    """``field`` (KiB) of ``/proc/PID/status``, or of another table of that form (``smaps_rollup``); 0 where the
+    process is gone."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/{table}").read_text().splitlines():
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     except OSError:
@@ -67,13 +69,7 @@ def pss_kib(pid: int) -> int:
     per mapping, and the builder maps the vectors of the segment it merges, and of the one it writes, twice each
     (``/proc/PID/smaps`` during a merge into a 500,000 x 1024 segment: 4,076 MiB of Rss and 2,038 of Pss on each
     matrix.dat, docs/store-benchmark.md). Summed over processes, Pss is the memory they hold, each page once."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    return vm_kib(pid, "Pss", "smaps_rollup")
 
 
 def memory_cgroup(pid: int, limit_mib: int) -> Path:
@@ -156,8 +152,7 @@ class Watch:
         kinds = {"VmRSS": "rss", "RssAnon": "anon"}
         now = {k: {"store": vm_kib(self.pid, field), "builder": 0} for field, k in kinds.items()}
         now["pss"] = {"store": pss_kib(self.pid), "builder": 0}
-        builders = children(self.pid)
-        for child in builders:
+        for child in children(self.pid):
             self.builder_peak_kib = max(self.builder_peak_kib, vm_kib(child, "VmHWM"))
             for field, k in kinds.items():
                 now[k]["builder"] += vm_kib(child, field)

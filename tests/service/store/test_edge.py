@@ -149,7 +149,6 @@ async def test_optimize_builds_hnsw_offline_and_search_keeps_its_answers(tmp_pat
     assert np.mean([len(set(a) & set(e)) / 10 for a, e in zip(int8_ids, exact, strict=True)]) >= 0.99
 
 
-
 def index_storage(segment: Path) -> dict[str, object]:
     """Each indexed field's keyword index storage, as the engine wrote it in the segment's payload_index/config.json."""
     config = json.loads((segment / "payload_index" / "config.json").read_text())
@@ -184,6 +183,7 @@ async def test_internal_payload_indexes_are_memory_mapped_and_still_find_documen
         assert await store.count("c", doc_filter(source="s1")) == 1500 - 2  # d7's chunks 0 and 2 (i = 21, 23)
     finally:
         await store.aclose()
+
 
 # --- int8 scalar quantization (``ragserve optimize --int8``) ------------------------------------------------------
 
